@@ -1,0 +1,96 @@
+"""Project configuration: where the warehouse lives and how to reach the API.
+
+Precedence for every setting: explicit argument > environment variable > dlt config/secrets
+(``.dlt/config.toml``, ``.dlt/secrets.toml``) > built-in default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_BASE_URL = "https://api.terminal49.com/v2"
+DEFAULT_DUCKDB_PATH = Path("data") / "freetime.duckdb"
+DEFAULT_RATE_LIMIT_PER_MINUTE = 100
+DATASET = "terminal49"
+ANALYTICS_SCHEMA = "analytics"
+
+
+class ConfigError(Exception):
+    """A setting is missing or invalid; the message is meant for the user as is."""
+
+
+def _dlt_value(key: str) -> object | None:
+    """Read ``key`` (e.g. ``sources.terminal49.api_key``) from dlt config/secrets, or None."""
+    try:
+        import dlt
+
+        return dlt.config.get(key) if "api_key" not in key else dlt.secrets.get(key)
+    except Exception:  # dlt raises on missing/unreadable providers; absence is fine here
+        return None
+
+
+def default_duckdb_path() -> Path:
+    """The warehouse file: env ``FREETIME_DUCKDB`` or ``data/freetime.duckdb``."""
+    env = os.environ.get("FREETIME_DUCKDB")
+    return Path(env) if env else DEFAULT_DUCKDB_PATH
+
+
+def resolve_duckdb_path(path: str | os.PathLike[str] | None) -> Path:
+    """An explicit path wins over the default; parent folders are created."""
+    p = Path(path) if path else default_duckdb_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """How to reach the API. ``api_key`` is never printed: see ``__repr__``."""
+
+    base_url: str = DEFAULT_BASE_URL
+    api_key: str | None = field(default=None, repr=False)
+    rate_limit_per_minute: float = DEFAULT_RATE_LIMIT_PER_MINUTE
+
+    def __repr__(self) -> str:  # the key must never reach logs or Prefect parameters
+        key = "set" if self.api_key else "missing"
+        return (
+            f"ApiSettings(base_url={self.base_url!r}, api_key=<{key}>, "
+            f"rate_limit_per_minute={self.rate_limit_per_minute})"
+        )
+
+    @classmethod
+    def resolve(
+        cls,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        rate_limit_per_minute: float | None = None,
+    ) -> ApiSettings:
+        """Fill each unset value from env, then dlt config, then the default."""
+        key = (
+            api_key
+            or os.environ.get("TERMINAL49_API_KEY")
+            or _str_or_none(_dlt_value("sources.terminal49.api_key"))
+        )
+        url = (
+            base_url
+            or os.environ.get("TERMINAL49_BASE_URL")
+            or _str_or_none(_dlt_value("sources.terminal49.base_url"))
+            or DEFAULT_BASE_URL
+        )
+        rate = rate_limit_per_minute
+        if rate is None:
+            env_rate = os.environ.get("TERMINAL49_RATE_LIMIT")
+            cfg_rate = _dlt_value("sources.terminal49.rate_limit_per_minute")
+            raw = env_rate if env_rate else cfg_rate
+            try:
+                rate = float(raw) if raw not in (None, "") else DEFAULT_RATE_LIMIT_PER_MINUTE
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"rate limit must be a number of requests per minute: {raw!r}") from exc
+        if rate <= 0:
+            raise ConfigError(f"rate limit must be positive, got {rate}")
+        return cls(base_url=url.rstrip("/"), api_key=key, rate_limit_per_minute=rate)
+
+
+def _str_or_none(value: object | None) -> str | None:
+    return str(value) if value not in (None, "") else None

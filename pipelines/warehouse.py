@@ -1,0 +1,76 @@
+"""Short, lock-aware DuckDB connections.
+
+DuckDB allows one writer process or many readers, never both. Readers open read-only
+connections briefly; anyone meeting a lock retries for a while and then gets
+:class:`WarehouseLocked` with a message a user can act on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+
+
+class WarehouseLocked(Exception):
+    """The DuckDB file stayed locked by another process for the whole retry window."""
+
+
+class WarehouseMissing(Exception):
+    """A read was asked of a warehouse file that does not exist yet."""
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "lock" in text or "conflicting" in text or "being used by another" in text
+
+
+def connect(
+    path: str | Path,
+    *,
+    read_only: bool = False,
+    retry_seconds: float = 30.0,
+    poll_seconds: float = 0.25,
+) -> duckdb.DuckDBPyConnection:
+    """Open ``path``; retry while another process holds the lock, then raise WarehouseLocked."""
+    path = Path(path)
+    if read_only and not path.exists():
+        raise WarehouseMissing(
+            f"no warehouse at {path}: run `freetime load` (or `freetime run`) first"
+        )
+    deadline = time.monotonic() + retry_seconds
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if not _is_lock_error(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise WarehouseLocked(
+                    f"the warehouse {path} is locked by another process (a load or an open "
+                    f"notebook) and stayed locked for {retry_seconds:.0f}s; close it and retry"
+                ) from exc
+            time.sleep(poll_seconds)
+
+
+@contextlib.contextmanager
+def reading(path: str | Path, *, retry_seconds: float = 30.0) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A brief read-only connection, closed on exit so a load is never blocked for long."""
+    con = connect(path, read_only=True, retry_seconds=retry_seconds)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+@contextlib.contextmanager
+def writing(path: str | Path, *, retry_seconds: float = 30.0) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-write connection, closed on exit."""
+    con = connect(path, read_only=False, retry_seconds=retry_seconds)
+    try:
+        yield con
+    finally:
+        con.close()
