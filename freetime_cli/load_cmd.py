@@ -1,9 +1,92 @@
-"""`freetime load` (placeholder until the load lands)."""
+"""`freetime load`: scan the account into DuckDB, with a live progress line and a summary."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Annotated
 
 import typer
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from freetime_cli._common import console, embedded_sandbox, fail, out, quiet_logging
+from pipelines.config import ApiSettings, ConfigError
+from pipelines.load import LoadFailed, LoadSummary, run_load
+from pipelines.terminal49.scan import ScanStats
+from pipelines.warehouse import WarehouseLocked
 
 
-def load() -> None:
-    """Load the Terminal49 account into DuckDB."""
-    typer.echo("not implemented yet")
-    raise typer.Exit(1)
+def load(
+    duckdb: Annotated[
+        Path | None,
+        typer.Option(help="Warehouse file [env FREETIME_DUCKDB; default data/freetime.duckdb]."),
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="API base URL ending in /v2 [env TERMINAL49_BASE_URL].")
+    ] = None,
+    sandbox: Annotated[
+        bool, typer.Option("--sandbox", help="Start the local sandbox and load from it.")
+    ] = False,
+    rate_limit: Annotated[
+        float | None, typer.Option(help="Requests per minute [env TERMINAL49_RATE_LIMIT; 100].")
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=16, help="Pages fetched at once.")] = 4,
+) -> None:
+    """Load the Terminal49 account (containers, shipments, holds, fees, terminals, ports)."""
+    quiet_logging()
+    try:
+        with contextlib.ExitStack() as stack:
+            if sandbox:
+                url, key = stack.enter_context(embedded_sandbox())
+                console.print(f"sandbox: loading from the local sandbox at {url}")
+                api = ApiSettings.resolve(
+                    base_url=url, api_key=key, rate_limit_per_minute=rate_limit
+                )
+            else:
+                api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit)
+            summary = load_with_progress(duckdb, api, concurrency)
+    except (ConfigError, LoadFailed, WarehouseLocked) as exc:
+        fail(str(exc))
+    print_summary(summary)
+
+
+def load_with_progress(
+    duckdb: Path | str | None, api: ApiSettings, concurrency: int = 4
+) -> LoadSummary:
+    """Run the load with a live line: pages, records, request rate."""
+    started = time.monotonic()
+    state: dict[str, ScanStats] = {}
+    line = Text("starting load…")
+
+    with Live(line, console=console, refresh_per_second=4, transient=True) as live:
+
+        def on_page(stats: ScanStats) -> None:
+            state[stats.kind] = stats
+            elapsed = max(time.monotonic() - started, 1e-6)
+            pages = sum(s.pages for s in state.values())
+            parts = [f"{s.kind} {s.distinct}/{s.total}" for s in state.values()]
+            live.update(
+                Text(
+                    f"loading: {pages} pages, {', '.join(parts)}, "
+                    f"{pages * 60 / elapsed:.0f} req/min, {elapsed:.0f}s"
+                )
+            )
+
+        return run_load(duckdb, api, concurrency=concurrency, on_page=on_page)
+
+
+def print_summary(summary: LoadSummary) -> None:
+    table = Table(title=f"Loaded into {summary.duckdb_path}", show_edge=False)
+    table.add_column("table")
+    table.add_column("rows written", justify="right")
+    for name, rows in summary.rows.items():
+        table.add_row(name, str(rows))
+    out.print(table)
+    out.print(
+        f"{summary.requests} requests ({summary.pages} pages, {summary.reconcile_pages} to "
+        f"reconcile), {summary.retries} retries, {summary.rate_limited} rate-limited, "
+        f"{summary.seconds:.1f}s"
+    )

@@ -86,7 +86,9 @@ class ApiSettings:
             try:
                 rate = float(raw) if raw not in (None, "") else DEFAULT_RATE_LIMIT_PER_MINUTE
             except (TypeError, ValueError) as exc:
-                raise ConfigError(f"rate limit must be a number of requests per minute: {raw!r}") from exc
+                raise ConfigError(
+                    f"rate limit must be a number of requests per minute: {raw!r}"
+                ) from exc
         if rate <= 0:
             raise ConfigError(f"rate limit must be positive, got {rate}")
         return cls(base_url=url.rstrip("/"), api_key=key, rate_limit_per_minute=rate)

@@ -57,7 +57,9 @@ def connect(
 
 
 @contextlib.contextmanager
-def reading(path: str | Path, *, retry_seconds: float = 30.0) -> Iterator[duckdb.DuckDBPyConnection]:
+def reading(
+    path: str | Path, *, retry_seconds: float = 30.0
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A brief read-only connection, closed on exit so a load is never blocked for long."""
     con = connect(path, read_only=True, retry_seconds=retry_seconds)
     try:
@@ -67,7 +69,9 @@ def reading(path: str | Path, *, retry_seconds: float = 30.0) -> Iterator[duckdb
 
 
 @contextlib.contextmanager
-def writing(path: str | Path, *, retry_seconds: float = 30.0) -> Iterator[duckdb.DuckDBPyConnection]:
+def writing(
+    path: str | Path, *, retry_seconds: float = 30.0
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-write connection, closed on exit."""
     con = connect(path, read_only=False, retry_seconds=retry_seconds)
     try:

@@ -1,0 +1,47 @@
+"""What every command shares: one-line errors, logging that never shows the key, the sandbox."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+out = Console()
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print one line to stderr and exit: bad input never ends in a traceback."""
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+class _DropNoise(logging.Filter):
+    """dlt warns on every Arrow table whose nullability differs from its schema: noise here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "when merging arrow schema with dlt schema" not in record.getMessage()
+
+
+def quiet_logging() -> None:
+    logging.getLogger("dlt").addFilter(_DropNoise())
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+@contextlib.contextmanager
+def embedded_sandbox(containers: int | None = None) -> Iterator[tuple[str, str]]:
+    """Start the local sandbox in a background process; yield (base_url, api_key)."""
+    from sandbox.testing import SandboxProcess  # the CLI, not the pipeline, knows the sandbox
+
+    kwargs = {"containers": containers} if containers else {}
+    with SandboxProcess(**kwargs) as sb:
+        yield sb.base_url, sb.api_key
+
+
+def is_tty() -> bool:
+    return sys.stderr.isatty()

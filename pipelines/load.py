@@ -1,0 +1,158 @@
+"""One load of the account into the DuckDB warehouse: the call that the CLI and flows share.
+
+Contract of :func:`run_load`:
+- the whole account is scanned (and reconciled) before anything is written, so a load that
+  fails leaves the previous warehouse intact and consistent, and the next load starts clean;
+- on success every table in dataset ``terminal49`` equals what the API serves;
+- the API key is passed to the HTTP client only: never to dlt (state, trace), never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dlt
+import httpx
+from dlt.pipeline.exceptions import PipelineStepFailed
+
+from pipelines.config import DATASET, ApiSettings, ConfigError, resolve_duckdb_path
+from pipelines.terminal49 import settings as t49
+from pipelines.terminal49 import terminal49_source
+from pipelines.terminal49.client import Terminal49Client, Terminal49Error
+from pipelines.terminal49.docs import apply_comments
+from pipelines.terminal49.scan import ScanIncomplete, ScanStats
+
+log = logging.getLogger("freetime.load")
+
+PIPELINE_NAME = "freetime_terminal49"
+TABLES = ("containers", "shipments", "container_holds", "container_fees", "terminals", "ports")
+
+
+class LoadFailed(Exception):
+    """The load did not complete; the warehouse holds the previous load. Message is user-safe."""
+
+
+@dataclass
+class LoadSummary:
+    """What one load did."""
+
+    duckdb_path: Path
+    rows: dict[str, int] = field(default_factory=dict)
+    requests: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    pages: int = 0
+    reconcile_pages: int = 0
+    seconds: float = 0.0
+    extract_seconds: float = 0.0
+    load_id: str | None = None
+
+    def table_counts_line(self) -> str:
+        return ", ".join(f"{t} {n}" for t, n in self.rows.items())
+
+
+def pipelines_dir_for(duckdb_path: Path) -> Path:
+    """dlt's working folder (load packages, local state) sits beside the warehouse file."""
+    return duckdb_path.parent / ".dlt-pipelines" / duckdb_path.stem
+
+
+def make_pipeline(duckdb_path: Path) -> dlt.Pipeline:
+    return dlt.pipeline(
+        pipeline_name=PIPELINE_NAME,
+        destination=dlt.destinations.duckdb(str(duckdb_path)),
+        dataset_name=DATASET,
+        pipelines_dir=str(pipelines_dir_for(duckdb_path)),
+        progress=None,
+    )
+
+
+def run_load(
+    duckdb_path: str | os.PathLike[str] | None = None,
+    api: ApiSettings | None = None,
+    *,
+    concurrency: int = t49.DEFAULT_CONCURRENCY,
+    on_page: Callable[[ScanStats], None] | None = None,
+    transport: httpx.BaseTransport | None = None,
+    include_shipments_list: bool = True,
+) -> LoadSummary:
+    """Scan the account and merge it into the warehouse. Raises ConfigError or LoadFailed."""
+    api = api or ApiSettings.resolve()
+    if not api.api_key:
+        raise ConfigError(
+            "no API key: set TERMINAL49_API_KEY (or sources.terminal49.api_key in "
+            ".dlt/secrets.toml), or use --sandbox to load from the local sandbox"
+        )
+    path = resolve_duckdb_path(duckdb_path)
+    summary = LoadSummary(duckdb_path=path)
+    started = time.monotonic()
+    pages: dict[str, ScanStats] = {}
+
+    def track(stats: ScanStats) -> None:
+        pages[stats.kind] = stats
+        if on_page:
+            on_page(stats)
+
+    client = Terminal49Client(
+        api.base_url,
+        api.api_key,
+        rate_limit_per_minute=api.rate_limit_per_minute,
+        concurrency=concurrency,
+        transport=transport,
+    )
+    pipeline = make_pipeline(path)
+    try:
+        source = terminal49_source(
+            client, on_page=track, include_shipments_list=include_shipments_list
+        )
+        try:
+            # Extract first, completely: only a finished, reconciled scan reaches the warehouse.
+            pipeline.extract(source)
+            summary.extract_seconds = time.monotonic() - started
+            pipeline.normalize()
+            info = pipeline.load()
+        except PipelineStepFailed as exc:
+            cause = _root_cause(exc)
+            if exc.step == "extract":
+                pipeline.drop_pending_packages()  # a partial scan must never be loaded later
+            raise LoadFailed(_describe(cause, exc.step)) from cause
+        summary.load_id = info.loads_ids[-1] if info.loads_ids else None
+        trace = pipeline.last_trace
+        counts = trace.last_normalize_info.row_counts if trace and trace.last_normalize_info else {}
+        summary.rows = {t: int(counts.get(t, 0)) for t in TABLES}
+        apply_comments(pipeline)
+    finally:
+        client.close()
+    summary.requests = client.stats.requests
+    summary.retries = client.stats.retries
+    summary.rate_limited = client.stats.rate_limited
+    summary.pages = sum(s.pages for s in pages.values())
+    summary.reconcile_pages = sum(s.reconcile_pages for s in pages.values())
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    seen = set()
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        if id(exc) in seen:
+            break
+        seen.add(id(exc))
+        if isinstance(exc, Terminal49Error | ScanIncomplete):
+            return exc
+        nxt = exc.__cause__ or exc.__context__
+        assert nxt is not None
+        exc = nxt
+    return exc
+
+
+def _describe(cause: BaseException, step: str) -> str:
+    if isinstance(cause, Terminal49Error | ScanIncomplete):
+        return f"load failed while reading the API: {cause}"
+    if isinstance(cause, httpx.HTTPError):
+        return f"load failed while reading the API: {type(cause).__name__}: {cause}"
+    return f"load failed at the {step} step: {type(cause).__name__}: {cause}"

@@ -1,0 +1,229 @@
+"""The one HTTP seam to the Terminal49 API: httpx with timeouts, retries and pacing.
+
+Contract:
+- every request carries ``Authorization: Token <key>``; the key is held in the client only and
+  never appears in a log line, an exception message or a repr;
+- requests are paced under the rate limit (rolling window), 429 answers are honoured through
+  ``Retry-After``; 5xx, timeouts, dropped connections, truncated or unparseable bodies are
+  retried with exponential backoff and jitter;
+- a 401/403 raises :class:`AuthError`, other 4xx :class:`ApiError`, exhaustion of retries
+  :class:`RetriesExhausted` (all subclasses of :class:`Terminal49Error`).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+
+from pipelines.terminal49 import settings
+from pipelines.terminal49._ratelimit import RollingWindowLimiter
+
+log = logging.getLogger("freetime.client")
+
+
+class Terminal49Error(Exception):
+    """Base of the client's errors; messages are safe to show to a user (no key)."""
+
+
+class AuthError(Terminal49Error):
+    """The API refused the key (401/403)."""
+
+
+class ApiError(Terminal49Error):
+    """A 4xx the client cannot fix by retrying (bad include, unknown id, ...)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RetriesExhausted(Terminal49Error):
+    """A request kept failing (5xx, 429, network) through every retry."""
+
+
+@dataclass
+class ClientStats:
+    """Counters for progress lines and summaries; updated under a lock."""
+
+    requests: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    bytes: int = 0
+    started: float = field(default_factory=time.monotonic)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+    def rate_per_minute(self) -> float:
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        return self.requests * 60.0 / elapsed
+
+
+def _retry_after_seconds(value: str | None, default: float) -> float:
+    """``Retry-After`` is delta-seconds or an HTTP date; anything else falls back to default."""
+    if not value:
+        return default
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+        return max(when.timestamp() - time.time(), 0.0)
+    except (TypeError, ValueError):
+        return default
+
+
+def _error_detail(response: httpx.Response) -> str:
+    try:
+        errors = orjson.loads(response.content).get("errors") or []
+        parts = [e.get("detail") or e.get("title") or "" for e in errors if isinstance(e, dict)]
+        return "; ".join(p for p in parts if p) or response.reason_phrase
+    except (orjson.JSONDecodeError, AttributeError):
+        return response.reason_phrase
+
+
+class Terminal49Client:
+    """A thread-safe client; ``transport`` is injectable (tests, captured responses)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        rate_limit_per_minute: float | None = 100,
+        concurrency: int = settings.DEFAULT_CONCURRENCY,
+        transport: httpx.BaseTransport | None = None,
+        max_attempts: int = settings.MAX_ATTEMPTS,
+        backoff_base_s: float = settings.BACKOFF_BASE_S,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.concurrency = max(1, concurrency)
+        self.max_attempts = max_attempts
+        self.backoff_base_s = backoff_base_s
+        self._sleep = sleep
+        self.stats = ClientStats()
+        limit = int(rate_limit_per_minute) if rate_limit_per_minute else None
+        self.limiter = RollingWindowLimiter(
+            limit, settings.RATE_WINDOW_S, settings.RATE_WINDOW_MARGIN_S, sleep=sleep
+        )
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers={
+                "Authorization": f"Token {api_key}",
+                "Accept": "application/vnd.api+json",
+                "Content-Type": "application/vnd.api+json",
+                "User-Agent": "freetime (+https://github.com/freetime)",
+            },
+            timeout=httpx.Timeout(settings.READ_TIMEOUT_S, connect=settings.CONNECT_TIMEOUT_S),
+            limits=httpx.Limits(max_connections=self.concurrency + 2),
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    def __repr__(self) -> str:
+        return f"Terminal49Client(base_url={self.base_url!r})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Terminal49Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- one request -------------------------------------------------------------------------
+    def get_json(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """GET ``path`` (relative to the base URL) and return the parsed JSON document."""
+        attempt = 0
+        limited = 0
+        while True:
+            self.limiter.acquire()
+            self.stats.add(requests=1)
+            try:
+                response = self._http.get(path, params=params)
+                body = response.content  # reads the whole body: truncation raises here
+            except httpx.TransportError as exc:  # timeouts, refused, dropped, truncated
+                attempt += 1
+                reason = f"{type(exc).__name__}"
+            else:
+                self.stats.add(bytes=len(body))
+                status = response.status_code
+                if status == 200:
+                    try:
+                        doc = orjson.loads(body)
+                    except orjson.JSONDecodeError:
+                        attempt += 1
+                        reason = "unparseable body"
+                    else:
+                        if isinstance(doc, dict):
+                            return doc
+                        attempt += 1
+                        reason = "body is not a JSON object"
+                elif status == 429:
+                    limited += 1
+                    self.stats.add(rate_limited=1, retries=1)
+                    if limited > settings.MAX_RATE_LIMITED:
+                        raise RetriesExhausted(
+                            f"GET {path}: still rate limited (429) after {limited} tries"
+                        )
+                    wait = _retry_after_seconds(response.headers.get("Retry-After"), 1.0)
+                    log.info("GET %s: 429, waiting %.1fs (Retry-After)", path, wait)
+                    self.limiter.penalise(wait)
+                    continue
+                elif status in (401, 403):
+                    raise AuthError(
+                        f"the API refused the key ({status} {response.reason_phrase}: "
+                        f"{_error_detail(response)}); check TERMINAL49_API_KEY"
+                    )
+                elif status >= 500:
+                    attempt += 1
+                    reason = f"HTTP {status}"
+                else:
+                    raise ApiError(status, f"GET {path}: {status} {_error_detail(response)}")
+            if attempt >= self.max_attempts:
+                raise RetriesExhausted(f"GET {path}: gave up after {attempt} attempts ({reason})")
+            self.stats.add(retries=1)
+            delay = min(settings.BACKOFF_CAP_S, self.backoff_base_s * 2 ** (attempt - 1))
+            delay *= 0.5 + random.random()  # jitter: concurrent workers must not retry in step
+            log.info("GET %s: %s, retry %d in %.1fs", path, reason, attempt, delay)
+            self._sleep(delay)
+
+    # -- many pages ----------------------------------------------------------------------------
+    def get_many(
+        self, path: str, param_sets: Iterable[dict[str, Any]]
+    ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        """GET ``path`` once per parameter set, ``concurrency`` at a time; yield in given order.
+
+        At most ``2 * concurrency`` answers are held in memory at once.
+        """
+        window = 2 * self.concurrency
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="t49") as pool:
+            pending: list[tuple[dict[str, Any], Future[dict[str, Any]]]] = []
+            try:
+                for params in param_sets:
+                    pending.append((params, pool.submit(self.get_json, path, params)))
+                    if len(pending) >= window:
+                        params0, fut = pending.pop(0)
+                        yield params0, fut.result()
+                while pending:
+                    params0, fut = pending.pop(0)
+                    yield params0, fut.result()
+            finally:
+                for _, fut in pending:
+                    fut.cancel()

@@ -1,0 +1,77 @@
+"""Table and column comments, written into DuckDB so analysts find fields from SQL.
+
+``SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = 'terminal49'`` and
+``duckdb_columns()`` show them. The README's schema section is generated from the same text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TABLE_COMMENTS = {
+    "containers": "One row per container (GET /containers). LFD columns are local dates "
+    "encoded as local midnight in UTC; see pod_timezone / final_destination_timezone.",
+    "shipments": "One row per shipment (bill of lading), from /shipments and from containers' "
+    "included shipments, merged on id.",
+    "container_holds": "Current holds at the port terminal, one row per (container, hold name). "
+    "A cleared hold has no row. status: hold blocks pickup, pending is a warning.",
+    "container_fees": "Fees reported by the port terminal, one row per (container, fee type). "
+    "The 'total' row repeats the sum of the others: drop it before summing.",
+    "terminals": "Port and rail terminals referenced by containers and shipments.",
+    "ports": "Ports (UN/LOCODE) and metro areas referenced by shipments.",
+}
+
+COLUMN_COMMENTS: dict[str, dict[str, str]] = {
+    "containers": {
+        "id": "Terminal49 container id.",
+        "number": "Container number (e.g. MSCU1234567).",
+        "current_status": "new, on_ship, available, not_available, grounded, on_rail, picked_up, "
+        "off_dock, delivered, dropped, loaded, empty_returned, awaiting_inland_transfer.",
+        "pickup_lfd": "Coalesced last free day (prefers line, then terminal, then rail).",
+        "pickup_lfd_terminal": "Terminal LFD: local date in pod_timezone, as local midnight UTC.",
+        "pickup_lfd_rail": "Rail LFD: local date in final_destination_timezone.",
+        "pickup_lfd_line": "Shipping line LFD: local date (final_destination_timezone or "
+        "pod_timezone).",
+        "available_for_pickup": "Terminal says the box can be picked up (when availability_known).",
+        "holds_at_pod_terminal_known": "False when the API reported holds as null.",
+        "fees_at_pod_terminal_known": "False when the API reported fees as null (not reported).",
+        "shipment_id": "FK to shipments.id.",
+        "pod_terminal_id": "FK to terminals.id: the terminal at the port of discharge.",
+        "pickup_facility_id": "FK to terminals.id: where to pick up, when known.",
+        "terminal_checked_at": "When the terminal was last checked; older than 7 days = stale.",
+        "fetched_at": "When freetime fetched this version of the record (UTC).",
+    },
+    "shipments": {
+        "pod_eta_at": "Estimated arrival at the port of discharge (shipment-owned field).",
+        "pod_original_eta_at": "First ETA reported by the line; compare for ETA slip.",
+        "customer_name": "The customer the shipment is tracked for.",
+        "line_tracking_stopped_at": "When line tracking stopped (see the reason column).",
+    },
+}
+
+
+def apply_comments(pipeline: Any) -> None:
+    """Write the comments into the warehouse (tables and columns that exist)."""
+    with pipeline.sql_client() as client:
+        schema = client.fully_qualified_dataset_name()
+        existing = {
+            (t, c)
+            for t, c in client.execute_sql(
+                "SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = ?",
+                pipeline.dataset_name,
+            )
+        }
+        tables = {t for t, _ in existing}
+        for table, text in TABLE_COMMENTS.items():
+            if table in tables:
+                client.execute_sql(f"COMMENT ON TABLE {schema}.{table} IS {_lit(text)}")
+        for table, columns in COLUMN_COMMENTS.items():
+            for column, text in columns.items():
+                if (table, column) in existing:
+                    client.execute_sql(
+                        f"COMMENT ON COLUMN {schema}.{table}.{column} IS {_lit(text)}"
+                    )
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

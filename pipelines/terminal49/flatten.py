@@ -1,0 +1,250 @@
+"""JSON:API documents to typed Arrow tables, one call per table, columnar and fast.
+
+Contract: every function takes the resource objects of one page (``data`` or ``included``) and
+returns a ``pyarrow.Table`` whose known columns have the types declared in :mod:`.settings`;
+attributes not declared there are kept as extra columns (scalars by their values' type,
+objects and arrays as JSON text), so nothing the API sends is dropped. Timestamps are UTC
+``timestamp[us, tz=UTC]``; a value that does not parse as an instant is kept as text in
+``<column>__raw`` rather than lost.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from pipelines.terminal49 import settings
+
+Resource = Mapping[str, Any]
+
+_RESERVED = {"id", "type", "fetched_at"}
+
+
+def _json_text(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+def _typed_array(name: str, values: list[Any], kind: pa.DataType | str) -> dict[str, pa.Array]:
+    """One column (or, for unparseable timestamps, the column plus ``<name>__raw``)."""
+    if kind == settings.JSON:
+        return {name: pa.array([_json_text(v) for v in values], pa.string())}
+    assert isinstance(kind, pa.DataType)
+    if pa.types.is_timestamp(kind):
+        try:
+            return {name: pa.array(values, pa.string()).cast(kind)}
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return _timestamps_one_by_one(name, values, kind)
+    try:
+        return {name: pa.array(values, kind)}
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        # Production sends some numbers as strings (port latitude "32.83"): parse them.
+        try:
+            as_text = [None if v is None else str(v) for v in values]
+            return {name: pa.array(as_text, pa.string()).cast(kind)}
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass
+    # A value of a type we cannot read as declared: keep it as text rather than lose it.
+    return {f"{name}__raw": pa.array([_json_text(v) for v in values], pa.string())}
+
+
+def _timestamps_one_by_one(name: str, values: list[Any], kind: pa.DataType) -> dict[str, pa.Array]:
+    parsed: list[dt.datetime | None] = []
+    raw: list[str | None] = []
+    for v in values:
+        try:
+            ts = dt.datetime.fromisoformat(str(v).replace("Z", "+00:00")) if v else None
+            if ts is not None and ts.tzinfo is None:
+                raise ValueError("no zone")
+            parsed.append(ts)
+            raw.append(None)
+        except ValueError:
+            parsed.append(None)
+            raw.append(None if v is None else str(v))
+    cols = {name: pa.array(parsed, kind)}
+    if any(r is not None for r in raw):
+        cols[f"{name}__raw"] = pa.array(raw, pa.string())
+    return cols
+
+
+def _infer_array(values: list[Any]) -> pa.Array | None:
+    """An attribute we do not know: scalars keep their type, structures become JSON text."""
+    if all(v is None for v in values):
+        return None  # nothing to type it by yet; it lands once a value appears
+    if any(isinstance(v, dict | list) for v in values):
+        return pa.array([_json_text(v) for v in values], pa.string())
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array([None if v is None else str(v) for v in values], pa.string())
+
+
+def _attribute_columns(
+    records: Sequence[Resource],
+    known: Mapping[str, pa.DataType | str],
+    skip: Iterable[str] = (),
+) -> dict[str, pa.Array]:
+    attrs = [r.get("attributes") or {} for r in records]
+    cols: dict[str, pa.Array] = {}
+    for name, kind in known.items():
+        cols.update(_typed_array(name, [a.get(name) for a in attrs], kind))
+    handled = set(known) | set(skip)
+    extra: dict[str, None] = {}
+    for a in attrs:
+        for key in a:
+            if key not in handled:
+                extra[key] = None
+    for key in extra:
+        arr = _infer_array([a.get(key) for a in attrs])
+        if arr is not None:
+            col = settings.RESERVED_PREFIX + key if key in _RESERVED else key
+            cols[col] = arr
+    return cols
+
+
+def _relationship_ids(records: Sequence[Resource], names: Iterable[str]) -> dict[str, pa.Array]:
+    cols: dict[str, pa.Array] = {}
+    for name in names:
+        ids: list[str | None] = []
+        for r in records:
+            data = ((r.get("relationships") or {}).get(name) or {}).get("data")
+            ids.append(data.get("id") if isinstance(data, dict) else None)
+        cols[f"{name}_id"] = pa.array(ids, pa.string())
+    return cols
+
+
+def _table(
+    records: Sequence[Resource], cols: dict[str, pa.Array], fetched_at: dt.datetime
+) -> pa.Table:
+    n = len(records)
+    base = {
+        "id": pa.array([str(r["id"]) for r in records], pa.string()),
+        "type": pa.array([r.get("type") for r in records], pa.string()),
+    }
+    base.update(cols)
+    base["fetched_at"] = pa.array([fetched_at] * n, settings.TS)
+    fields = [pa.field("id", pa.string(), nullable=False)]
+    fields += [pa.field(k, v.type) for k, v in base.items() if k != "id"]
+    return pa.Table.from_arrays(list(base.values()), schema=pa.schema(fields))
+
+
+def containers_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
+    """One row per container: attributes, ``import_deadlines`` split, relationship ids."""
+    cols = _attribute_columns(
+        records,
+        settings.CONTAINER_ATTRIBUTES,
+        skip=("import_deadlines", *settings.CONTAINER_CHILD_ARRAYS),
+    )
+    deadlines = [(r.get("attributes") or {}).get("import_deadlines") or {} for r in records]
+    for name in settings.IMPORT_DEADLINES:
+        cols.update(_typed_array(name, [d.get(name) for d in deadlines], settings.TS))
+    for array_name in settings.CONTAINER_CHILD_ARRAYS:
+        cols[f"{array_name}_known"] = pa.array(
+            [(r.get("attributes") or {}).get(array_name) is not None for r in records], pa.bool_()
+        )
+    cols.update(_relationship_ids(records, settings.CONTAINER_RELATIONSHIPS))
+    return _table(records, cols, fetched_at)
+
+
+def _child_table(
+    records: Sequence[Resource],
+    array_name: str,
+    key: str,
+    columns: Sequence[str],
+    types: Mapping[str, pa.DataType],
+) -> pa.Table:
+    """Rows of an array attribute keyed by (container_id, key).
+
+    A container whose array is empty or null gets one tombstone row (``_deleted`` true, key "")
+    so that the merge removes its previous rows: a hold that clears upstream disappears here.
+    """
+    rows: dict[str, list[Any]] = {c: [] for c in ("container_id", *columns, "_deleted")}
+    for r in records:
+        items = (r.get("attributes") or {}).get(array_name) or []
+        seen: set[str] = set()
+        for item in items:
+            if not isinstance(item, dict) or not item.get(key) or item[key] in seen:
+                continue  # the key is the row's identity: a nameless or repeated item is noise
+            seen.add(item[key])
+            rows["container_id"].append(str(r["id"]))
+            for c in columns:
+                rows[c].append(item.get(c))
+            rows["_deleted"].append(False)
+        if not seen:
+            rows["container_id"].append(str(r["id"]))
+            for c in columns:
+                rows[c].append("" if c == key else None)
+            rows["_deleted"].append(True)
+    fields = [
+        pa.field("container_id", pa.string(), nullable=False),
+        *[pa.field(c, types.get(c, pa.string()), nullable=c != key) for c in columns],
+        pa.field("_deleted", pa.bool_()),
+    ]
+    arrays = []
+    for f in fields:
+        try:
+            arrays.append(pa.array(rows[f.name], f.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            arrays.append(pa.array([_json_text(v) for v in rows[f.name]], pa.string()))
+            f = f.with_type(pa.string())
+    return pa.Table.from_arrays(arrays, names=[f.name for f in fields])
+
+
+def holds_table(records: Sequence[Resource]) -> pa.Table:
+    """``holds_at_pod_terminal`` as rows (container_id, name, status, description)."""
+    return _child_table(records, "holds_at_pod_terminal", "name", settings.HOLD_COLUMNS, {})
+
+
+def fees_table(records: Sequence[Resource]) -> pa.Table:
+    """``fees_at_pod_terminal`` as rows (container_id, type, amount, currency_code)."""
+    return _child_table(
+        records, "fees_at_pod_terminal", "type", settings.FEE_COLUMNS, {"amount": pa.float64()}
+    )
+
+
+def shipments_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
+    """One row per shipment: attributes and relationship ids (``<relationship>_id``)."""
+    cols = _attribute_columns(records, settings.SHIPMENT_ATTRIBUTES)
+    cols.update(_relationship_ids(records, settings.SHIPMENT_RELATIONSHIPS))
+    cols["destination_type"] = pa.array(
+        [
+            (((r.get("relationships") or {}).get("destination") or {}).get("data") or {}).get(
+                "type"
+            )
+            for r in records
+        ],
+        pa.string(),
+    )
+    return _table(records, cols, fetched_at)
+
+
+def terminals_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
+    """Terminals and rail terminals from ``included``, with their port id."""
+    cols = _attribute_columns(records, settings.TERMINAL_ATTRIBUTES)
+    cols.update(_relationship_ids(records, settings.TERMINAL_RELATIONSHIPS))
+    return _table(records, cols, fetched_at)
+
+
+def ports_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
+    """Ports and metro areas from ``included``."""
+    return _table(records, _attribute_columns(records, settings.PORT_ATTRIBUTES), fetched_at)
+
+
+def of_types(resources: Iterable[Resource], types: Iterable[str]) -> list[Resource]:
+    """The resources whose ``type`` is one of ``types``, first occurrence of each id kept."""
+    wanted = set(types)
+    seen: set[tuple[str, str]] = set()
+    out: list[Resource] = []
+    for r in resources:
+        t = r.get("type")
+        if t in wanted and r.get("id") is not None:
+            k = (t, str(r["id"]))
+            if k not in seen:
+                seen.add(k)
+                out.append(r)
+    return out

@@ -1,0 +1,131 @@
+"""Full list scans with reconciliation.
+
+The API has no incremental filter and orders containers "most recently refreshed first": a
+container refreshed while a client pages jumps to page 1, so an offset scan can skip it (and
+see another twice). :class:`ListScan` pages the whole list concurrently, then re-reads from
+page 1 until it has seen as many distinct ids as ``meta.total`` reports. Duplicates are fine
+downstream (the newest fetch wins on merge); a missing record is not.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.terminal49 import settings
+from pipelines.terminal49.client import Terminal49Client
+
+
+class ScanIncomplete(Exception):
+    """Reconciliation could not find every record ``meta.total`` promised."""
+
+
+@dataclass
+class Page:
+    """One fetched page: which list, the JSON:API document, when it arrived (UTC)."""
+
+    kind: str
+    doc: dict[str, Any]
+    fetched_at: dt.datetime
+
+    @property
+    def data(self) -> list[dict[str, Any]]:
+        data = self.doc.get("data") or []
+        return data if isinstance(data, list) else [data]
+
+    @property
+    def included(self) -> list[dict[str, Any]]:
+        return self.doc.get("included") or []
+
+
+@dataclass
+class ScanStats:
+    """What one scan did, for progress lines and summaries."""
+
+    kind: str
+    pages: int = 0
+    records: int = 0
+    distinct: int = 0
+    total: int = 0
+    reconcile_pages: int = 0
+    seen: set[str] = field(default_factory=set, repr=False)
+
+
+ProgressCallback = Callable[[ScanStats], None]
+
+
+class ListScan:
+    """Scan ``path`` page by page; iterate to get :class:`Page` objects."""
+
+    def __init__(
+        self,
+        client: Terminal49Client,
+        kind: str,
+        path: str,
+        include: str | None,
+        *,
+        page_size: int = settings.PAGE_SIZE,
+        max_reconcile_passes: int = 3,
+        on_page: ProgressCallback | None = None,
+    ) -> None:
+        self.client = client
+        self.path = path
+        self.include = include
+        self.page_size = page_size
+        self.max_reconcile_passes = max_reconcile_passes
+        self.on_page = on_page
+        self.stats = ScanStats(kind=kind)
+
+    def _params(self, number: int) -> dict[str, Any]:
+        params: dict[str, Any] = {"page[number]": number, "page[size]": self.page_size}
+        if self.include:
+            params["include"] = self.include
+        return params
+
+    def _page(self, doc: dict[str, Any]) -> Page:
+        page = Page(self.stats.kind, doc, dt.datetime.now(dt.UTC))
+        s = self.stats
+        s.pages += 1
+        s.records += len(page.data)
+        s.seen.update(str(r["id"]) for r in page.data if isinstance(r, dict) and "id" in r)
+        s.distinct = len(s.seen)
+        total = (doc.get("meta") or {}).get("total")
+        if isinstance(total, int):
+            s.total = total
+        if self.on_page:
+            self.on_page(s)
+        return page
+
+    def __iter__(self) -> Iterator[Page]:
+        first = self._page(self.client.get_json(self.path, self._params(1)))
+        yield first
+        size = (first.doc.get("meta") or {}).get("size") or self.page_size
+        n_pages = max(1, math.ceil(self.stats.total / size)) if self.stats.total else 1
+        if "next" in (first.doc.get("links") or {}) or n_pages > 1:
+            rest = (self._params(n) for n in range(2, n_pages + 1))
+            for _, doc in self.client.get_many(self.path, rest):
+                yield self._page(doc)
+        yield from self._reconcile()
+
+    def _reconcile(self) -> Iterator[Page]:
+        """Re-read from the front until every promised record has been seen."""
+        for _ in range(self.max_reconcile_passes):
+            if self.stats.distinct >= self.stats.total:
+                return
+            number = 1
+            while self.stats.distinct < self.stats.total:
+                page = self._page(self.client.get_json(self.path, self._params(number)))
+                self.stats.reconcile_pages += 1
+                yield page
+                if not page.data or "next" not in (page.doc.get("links") or {}):
+                    break
+                number += 1
+        if self.stats.distinct < self.stats.total:
+            raise ScanIncomplete(
+                f"{self.path}: saw {self.stats.distinct} distinct records of the "
+                f"{self.stats.total} the API reports, after {self.max_reconcile_passes} "
+                "reconciliation passes"
+            )

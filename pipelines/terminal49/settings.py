@@ -1,0 +1,165 @@
+"""Constants of the Terminal49 source: endpoints, paging, includes and the typed columns.
+
+Column types are declared here once; :mod:`.flatten` turns JSON:API records into Arrow tables
+with these types, and any attribute not listed here still lands (as a new column, typed by its
+values), so an attribute the API adds tomorrow never fails a load.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+PAGE_SIZE = 100  # the API silently caps page[size] at 100
+CONTAINERS_PATH = "/containers"
+SHIPMENTS_PATH = "/shipments"
+CONTAINER_INCLUDE = "shipment,pod_terminal,pickup_facility"
+SHIPMENT_INCLUDE = "pod_terminal,port_of_lading,port_of_discharge,destination,destination_terminal"
+
+# Transport defaults: a page of 100 containers with includes is ~300 kB.
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 60.0
+MAX_ATTEMPTS = 8  # per request, for 5xx, timeouts, dropped connections and truncated bodies
+MAX_RATE_LIMITED = 50  # 429 answers tolerated for one request before giving up
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 30.0
+DEFAULT_CONCURRENCY = 4
+RATE_WINDOW_S = 60.0  # the API's rolling window
+RATE_WINDOW_MARGIN_S = 0.5  # send a little later than the window allows: clocks and latency differ
+
+TS = pa.timestamp("us", tz="UTC")
+JSON = "json"  # marker: serialised to JSON text, typed `json` for dlt (DuckDB JSON)
+
+CONTAINER_ATTRIBUTES: dict[str, pa.DataType | str] = {
+    "number": pa.string(),
+    "seal_number": pa.string(),
+    "created_at": TS,
+    "ref_numbers": JSON,
+    "equipment_type": pa.string(),
+    "equipment_length": pa.int64(),
+    "equipment_height": pa.string(),
+    "weight_in_lbs": pa.float64(),
+    "pickup_lfd": TS,
+    "pickup_appointment_at": TS,
+    "availability_known": pa.bool_(),
+    "available_for_pickup": pa.bool_(),
+    "pod_arrived_at": TS,
+    "pod_discharged_at": TS,
+    "pod_full_out_at": TS,
+    "terminal_checked_at": TS,
+    "pod_full_out_chassis_number": pa.string(),
+    "location_at_pod_terminal": pa.string(),
+    "final_destination_full_out_at": TS,
+    "empty_terminated_at": TS,
+    "pod_timezone": pa.string(),
+    "final_destination_timezone": pa.string(),
+    "empty_terminated_timezone": pa.string(),
+    "pod_rail_carrier_scac": pa.string(),
+    "ind_rail_carrier_scac": pa.string(),
+    "pod_last_tracking_request_at": TS,
+    "shipment_last_tracking_request_at": TS,
+    "pod_rail_loaded_at": TS,
+    "pod_rail_departed_at": TS,
+    "ind_eta_at": TS,
+    "ind_ata_at": TS,
+    "ind_rail_unloaded_at": TS,
+    "ind_facility_lfd_on": TS,
+    "current_status": pa.string(),
+    # live-only attributes (not in the interface document, seen in production)
+    "ssl_lfd": TS,
+    "delivered_at": TS,
+    "empty_out_at": TS,
+    "pol_full_in_at": TS,
+    "pol_vessel_loaded_at": TS,
+    "pol_vessel_departed_at": TS,
+    "rail_last_tracking_request_at": TS,
+    "ind_facility_holds": JSON,
+    "ind_facility_fees": JSON,
+}
+# `import_deadlines` is flattened into these three columns.
+IMPORT_DEADLINES = ("pickup_lfd_terminal", "pickup_lfd_rail", "pickup_lfd_line")
+# Arrays that become child tables; the container row keeps whether the API reported them.
+CONTAINER_CHILD_ARRAYS = ("holds_at_pod_terminal", "fees_at_pod_terminal")
+CONTAINER_RELATIONSHIPS = ("shipment", "pod_terminal", "pickup_facility")
+
+SHIPMENT_ATTRIBUTES: dict[str, pa.DataType | str] = {
+    "bill_of_lading_number": pa.string(),
+    "normalized_number": pa.string(),
+    "ref_numbers": JSON,
+    "created_at": TS,
+    "tags": JSON,
+    "port_of_lading_locode": pa.string(),
+    "port_of_lading_name": pa.string(),
+    "port_of_discharge_locode": pa.string(),
+    "port_of_discharge_name": pa.string(),
+    "destination_locode": pa.string(),
+    "destination_name": pa.string(),
+    "shipping_line_scac": pa.string(),
+    "shipping_line_name": pa.string(),
+    "shipping_line_short_name": pa.string(),
+    "customer_name": pa.string(),
+    "pod_vessel_name": pa.string(),
+    "pod_vessel_imo": pa.string(),
+    "pod_voyage_number": pa.string(),
+    "pol_etd_at": TS,
+    "pol_atd_at": TS,
+    "pod_eta_at": TS,
+    "pod_original_eta_at": TS,
+    "pod_ata_at": TS,
+    "destination_eta_at": TS,
+    "destination_ata_at": TS,
+    "pol_timezone": pa.string(),
+    "pod_timezone": pa.string(),
+    "destination_timezone": pa.string(),
+    "line_tracking_last_attempted_at": TS,
+    "line_tracking_last_succeeded_at": TS,
+    "line_tracking_stopped_at": TS,
+    "line_tracking_stopped_reason": pa.string(),
+    # live-only
+    "pol_original_etd_at": TS,
+    "destination_original_eta_at": TS,
+}
+SHIPMENT_RELATIONSHIPS = (
+    "port_of_lading",
+    "port_of_discharge",
+    "destination",
+    "pod_terminal",
+    "destination_terminal",
+    "line_tracking_stopped_by_user",
+)
+
+TERMINAL_ATTRIBUTES: dict[str, pa.DataType | str] = {
+    "name": pa.string(),
+    "nickname": pa.string(),
+    "firms_code": pa.string(),
+    "smdg_code": pa.string(),
+    "bic_facility_code": pa.string(),
+    "provided_data": JSON,
+    "street": pa.string(),
+    "city": pa.string(),
+    "state": pa.string(),
+    "state_abbr": pa.string(),
+    "zip": pa.string(),
+    "country": pa.string(),
+    "facility_type": pa.string(),
+}
+TERMINAL_TYPES = ("terminal", "rail_terminal")
+TERMINAL_RELATIONSHIPS = ("port",)
+
+PORT_ATTRIBUTES: dict[str, pa.DataType | str] = {
+    "name": pa.string(),
+    "code": pa.string(),
+    "city": pa.string(),
+    "state_abbr": pa.string(),
+    "country_code": pa.string(),
+    "time_zone": pa.string(),
+    "latitude": pa.float64(),
+    "longitude": pa.float64(),
+}
+PORT_TYPES = ("port", "metro_area")
+
+HOLD_COLUMNS = ("name", "status", "description")
+FEE_COLUMNS = ("type", "amount", "currency_code")
+
+# Column names the flattener writes itself; an attribute with one of these names is renamed
+# with this prefix rather than overwriting the resource's own identity.
+RESERVED_PREFIX = "attr_"

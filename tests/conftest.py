@@ -1,0 +1,85 @@
+"""Shared fixtures. Reference data lives beside the repo, in ../shared/reference."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO.parent / "shared" / "reference"
+T49 = REFERENCE / "terminal49"
+
+
+def reference_json(relative: str) -> Any:
+    return json.loads((T49 / relative).read_text())
+
+
+@pytest.fixture(autouse=True)
+def _no_dlt_noise() -> None:
+    from freetime_cli._common import quiet_logging
+
+    quiet_logging()
+    logging.getLogger("dlt").setLevel(logging.WARNING)
+
+
+Handler = Callable[[str, dict[str, str], dict[str, str]], tuple[int, dict[str, str], bytes]]
+
+
+class LoopbackServer:
+    """A tiny real HTTP server on 127.0.0.1 whose answers come from a Python function."""
+
+    def __init__(self, handler: Handler) -> None:
+        outer = self
+
+        class _H(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                from urllib.parse import parse_qsl, urlsplit
+
+                parts = urlsplit(self.path)
+                outer.requests.append(self.path)
+                status, headers, body = handler(
+                    parts.path, dict(parse_qsl(parts.query)), dict(self.headers.items())
+                )
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.requests: list[str] = []
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _H)
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v2"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> LoopbackServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def loopback() -> Iterator[Callable[[Handler], LoopbackServer]]:
+    servers: list[LoopbackServer] = []
+
+    def start(handler: Handler) -> LoopbackServer:
+        server = LoopbackServer(handler).__enter__()
+        servers.append(server)
+        return server
+
+    yield start
+    for s in servers:
+        s.__exit__(None, None, None)

@@ -1,0 +1,150 @@
+"""The captured real responses load through the same code path, every field landing."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from conftest import reference_json
+
+from pipelines.config import ApiSettings
+from pipelines.load import run_load
+from pipelines.terminal49 import settings
+
+KEY = "captured-secret-key-0001"
+
+
+def _page(data: list[Any], included: list[Any], kind: str) -> bytes:
+    meta: dict[str, int] = {"total": len(data)}
+    if kind == "shipments":
+        meta["size"] = 100
+    return json.dumps(
+        {"data": data, "included": included, "meta": meta, "links": {"self": "x", "current": "x"}}
+    ).encode()
+
+
+def _serve(container_doc: dict[str, Any], shipment_doc: dict[str, Any]):
+    def handler(path: str, query: dict[str, str], headers: dict[str, str]):
+        if headers.get("Authorization") != f"Token {KEY}":
+            return 401, {"Content-Type": "application/vnd.api+json"}, b'{"errors":[{"status":"401","title":"Unauthorized"}]}'
+        ctype = {"Content-Type": "application/vnd.api+json"}
+        if path == "/v2/containers":
+            return 200, ctype, _page([container_doc["data"]], container_doc["included"], "containers")
+        if path == "/v2/shipments":
+            ship = shipment_doc["data"]
+            inc = [r for r in shipment_doc["included"] if r["type"] != "container"]
+            return 200, ctype, _page([ship], inc, "shipments")
+        return 404, {"Content-Type": "text/html"}, b"<html>not found</html>"
+
+    return handler
+
+
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
+    rows = con.execute(
+        "SELECT column_name, data_type FROM duckdb_columns() "
+        "WHERE schema_name = 'terminal49' AND table_name = ?",
+        [table],
+    ).fetchall()
+    return dict(rows)
+
+
+def test_captured_responses_land_with_every_field(loopback, tmp_path: Path) -> None:
+    container = reference_json("responses/container-with-shipment.json")
+    shipment = reference_json("responses/shipment-with-containers.json")
+    server = loopback(_serve(container, shipment))
+    db = tmp_path / "w.duckdb"
+    summary = run_load(db, ApiSettings(base_url=server.base_url, api_key=KEY))
+    assert summary.rows["containers"] == 1
+
+    con = duckdb.connect(str(db), read_only=True)
+    cols = _columns(con, "containers")
+    attrs = container["data"]["attributes"]
+    for key, value in attrs.items():
+        if key == "import_deadlines":
+            for sub in settings.IMPORT_DEADLINES:
+                assert cols[sub] == "TIMESTAMP WITH TIME ZONE"
+        elif key in settings.CONTAINER_CHILD_ARRAYS:
+            assert cols[f"{key}_known"] == "BOOLEAN"
+        elif value is None and key not in settings.CONTAINER_ATTRIBUTES:
+            continue  # an unknown all-null attribute has no type yet
+        else:
+            assert key in cols, key
+    for rel in ("shipment_id", "pod_terminal_id", "pickup_facility_id"):
+        assert rel in cols
+    assert cols["pod_discharged_at"] == "TIMESTAMP WITH TIME ZONE"
+    assert cols["availability_known"] == "BOOLEAN"
+    assert cols["equipment_length"] == "BIGINT"
+
+    row = con.execute(
+        "SELECT number, shipment_id, pod_terminal_id, pickup_facility_id, equipment_length, "
+        "pod_discharged_at AT TIME ZONE 'UTC', current_status FROM terminal49.containers"
+    ).fetchall()[0]
+    assert row[:5] == ("RMCU74210c6", "shipment-1", "terminal-1", None, 20)
+    assert str(row[5]) == "2025-12-29 14:24:00"
+    assert row[6] == "picked_up"
+
+    ship_cols = _columns(con, "shipments")
+    for key in shipment["data"]["attributes"]:
+        assert key in ship_cols, key
+    for rel in settings.SHIPMENT_RELATIONSHIPS:
+        assert f"{rel}_id" in ship_cols
+    # shipment-1 arrives twice (a container's `included` and /shipments): it merges into one row
+    ids = [r[0] for r in con.execute("SELECT id FROM terminal49.shipments").fetchall()]
+    assert ids == ["shipment-1"]
+
+    terminal = con.execute(
+        "SELECT name, firms_code, port_id, attr_id FROM terminal49.terminals WHERE id='terminal-1'"
+    ).fetchall()
+    assert terminal == [("Wando Welch Terminal", "N598", "port-2", "a59b3bd1-d497-4a48-bfb6-5cf2c4824a60")]
+    ports = con.execute("SELECT code, latitude, time_zone FROM terminal49.ports ORDER BY code").fetchall()
+    assert ("USCHS", pytest.approx(32.831492181), "America/New_York") in ports
+    con.close()
+
+
+def test_new_attribute_becomes_a_column_and_holds_follow_upstream(loopback, tmp_path: Path) -> None:
+    container = reference_json("responses/container-with-shipment.json")
+    shipment = reference_json("responses/shipment-with-containers.json")
+    doc = copy.deepcopy(container)
+    attrs = doc["data"]["attributes"]
+    attrs["holds_at_pod_terminal"] = [
+        {"name": "customs", "status": "hold", "description": None},
+        {"name": "freight", "status": "pending", "description": "line release"},
+    ]
+    attrs["fees_at_pod_terminal"] = [
+        {"type": "demurrage", "amount": 300.0, "currency_code": "USD"},
+        {"type": "total", "amount": 300.0, "currency_code": "USD"},
+    ]
+    server = loopback(_serve(doc, shipment))
+    db = tmp_path / "w.duckdb"
+    api = ApiSettings(base_url=server.base_url, api_key=KEY)
+    run_load(db, api)
+    with duckdb.connect(str(db), read_only=True) as con:
+        holds = con.execute(
+            "SELECT name, status FROM terminal49.container_holds ORDER BY name"
+        ).fetchall()
+        assert holds == [("customs", "hold"), ("freight", "pending")]
+        assert con.execute("SELECT count(*) FROM terminal49.container_fees").fetchall() == [(2,)]
+
+    # Upstream: customs clears, fees vanish, and the API grows an attribute.
+    attrs["holds_at_pod_terminal"] = [{"name": "freight", "status": "hold", "description": None}]
+    attrs["fees_at_pod_terminal"] = []
+    attrs["berth_window_at"] = "2026-01-02T03:04:05Z"
+    attrs["gate_stats"] = {"moves": 3}
+    run_load(db, api)
+    with duckdb.connect(str(db), read_only=True) as con:
+        holds = con.execute("SELECT name, status FROM terminal49.container_holds").fetchall()
+        assert holds == [("freight", "hold")]
+        assert con.execute("SELECT count(*) FROM terminal49.container_fees").fetchall() == [(0,)]
+        new = con.execute("SELECT berth_window_at, gate_stats FROM terminal49.containers").fetchall()
+        assert new == [("2026-01-02T03:04:05Z", '{"moves":3}')]
+        assert con.execute("SELECT count(*) FROM terminal49.containers").fetchall() == [(1,)]
+
+    # Holds become [] entirely: no hold rows remain.
+    attrs["holds_at_pod_terminal"] = []
+    run_load(db, api)
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM terminal49.container_holds").fetchall() == [(0,)]
