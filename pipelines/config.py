@@ -84,7 +84,7 @@ class ApiSettings:
             cfg_rate = _dlt_value("sources.terminal49.rate_limit_per_minute")
             raw = env_rate if env_rate else cfg_rate
             try:
-                rate = float(raw) if raw not in (None, "") else DEFAULT_RATE_LIMIT_PER_MINUTE
+                rate = float(str(raw)) if raw not in (None, "") else DEFAULT_RATE_LIMIT_PER_MINUTE
             except (TypeError, ValueError) as exc:
                 raise ConfigError(
                     f"rate limit must be a number of requests per minute: {raw!r}"

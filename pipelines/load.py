@@ -67,7 +67,6 @@ def make_pipeline(duckdb_path: Path) -> dlt.Pipeline:
         destination=dlt.destinations.duckdb(str(duckdb_path)),
         dataset_name=DATASET,
         pipelines_dir=str(pipelines_dir_for(duckdb_path)),
-        progress=None,
     )
 
 
@@ -79,6 +78,8 @@ def run_load(
     on_page: Callable[[ScanStats], None] | None = None,
     transport: httpx.BaseTransport | None = None,
     include_shipments_list: bool = True,
+    max_attempts: int = t49.MAX_ATTEMPTS,
+    backoff_base_s: float = t49.BACKOFF_BASE_S,
 ) -> LoadSummary:
     """Scan the account and merge it into the warehouse. Raises ConfigError or LoadFailed."""
     api = api or ApiSettings.resolve()
@@ -103,6 +104,8 @@ def run_load(
         rate_limit_per_minute=api.rate_limit_per_minute,
         concurrency=concurrency,
         transport=transport,
+        max_attempts=max_attempts,
+        backoff_base_s=backoff_base_s,
     )
     pipeline = make_pipeline(path)
     try:

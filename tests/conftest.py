@@ -83,3 +83,12 @@ def loopback() -> Iterator[Callable[[Handler], LoopbackServer]]:
     yield start
     for s in servers:
         s.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def prefect_harness() -> Iterator[None]:
+    """One temporary Prefect server for the whole test session (it takes ~10 s to start)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -22,7 +22,7 @@ from pipelines.terminal49.client import Terminal49Client
 from pipelines.terminal49.scan import ListScan, Page, ProgressCallback
 
 _MERGE: Any = {"disposition": "merge", "strategy": "delete-insert"}
-_NEWEST_WINS = {"fetched_at": {"dedup_sort": "desc", "data_type": "timestamp"}}
+_NEWEST_WINS: dict[str, Any] = {"fetched_at": {"dedup_sort": "desc", "data_type": "timestamp"}}
 
 
 def _json_hints(attributes: dict[str, Any]) -> dict[str, Any]:

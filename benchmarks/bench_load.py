@@ -1,0 +1,155 @@
+"""Load benchmark: the full load against the sandbox versus a bare httpx download of the same pages.
+
+Run: uv run python benchmarks/bench_load.py [--sizes 20000 100000] [--rate-limited 25000]
+
+Prints, per account size: wall time of the full load (scan + flatten + dlt + DuckDB merge),
+containers per second, peak RSS of the loading process, and the wall time of a bare httpx loop
+(same concurrency, same pages) that only downloads. Then, with the sandbox limited to
+100 requests per minute: share of the request budget used and share of answers that were 429.
+Targets: load <= 1.5 x bare download; peak RSS < 600 MB and flat in the account size;
+>= 90% of the budget used and < 1% answered 429.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from sandbox.testing import SandboxProcess
+
+CLOCK = "2026-11-20T12:00:00Z"
+CONCURRENCY = 4
+CONTAINER_INCLUDE = "shipment,pod_terminal,pickup_facility"
+SHIPMENT_INCLUDE = "pod_terminal,port_of_lading,port_of_discharge,destination,destination_terminal"
+
+LOADER = """
+import json, resource, sys, time
+from pipelines.config import ApiSettings
+from pipelines.load import run_load
+from freetime_cli._common import quiet_logging
+quiet_logging()
+base_url, key, db, rate = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+t = time.monotonic()
+s = run_load(db, ApiSettings(base_url=base_url, api_key=key, rate_limit_per_minute=rate))
+print(json.dumps({"seconds": time.monotonic() - t, "rows": s.rows, "requests": s.requests,
+                  "retries": s.retries, "rate_limited": s.rate_limited,
+                  "extract_seconds": s.extract_seconds,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def bare_download(base_url: str, key: str) -> tuple[float, int, int]:
+    """Download every page of both lists, CONCURRENCY at a time; return (seconds, pages, bytes)."""
+    headers = {"Authorization": f"Token {key}"}
+    started = time.monotonic()
+    total_bytes = 0
+    pages = 0
+    with httpx.Client(base_url=base_url, headers=headers, timeout=60) as client:
+        for path, include in (("/containers", CONTAINER_INCLUDE), ("/shipments", SHIPMENT_INCLUDE)):
+            params = {"page[size]": 100, "include": include}
+            first = client.get(path, params={**params, "page[number]": 1})
+            total = first.json()["meta"]["total"]
+            n = max(1, -(-total // 100))
+            total_bytes += len(first.content)
+
+            def get(number: int, path: str = path, params: dict = params) -> int:
+                return len(client.get(path, params={**params, "page[number]": number}).content)
+
+            with ThreadPoolExecutor(CONCURRENCY) as pool:
+                total_bytes += sum(pool.map(get, range(2, n + 1)))
+            pages += n
+    return time.monotonic() - started, pages, total_bytes
+
+
+def run_loader(base_url: str, key: str, db: Path, rate: float) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", LOADER, base_url, key, str(db), str(rate)],
+        capture_output=True, text=True, check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"loader failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bench_size(n: int) -> dict:
+    with SandboxProcess(containers=n, seed=49, clock=CLOCK, rate_limit=0) as sb:
+        bare_s, pages, nbytes = bare_download(sb.base_url, sb.api_key)
+        with tempfile.TemporaryDirectory() as tmp:
+            result = run_loader(sb.base_url, sb.api_key, Path(tmp) / "bench.duckdb", 1e9)
+    containers = result["rows"]["containers"]
+    return {
+        "containers": n,
+        "pages": pages,
+        "mb_downloaded": nbytes / 1e6,
+        "bare_s": bare_s,
+        "load_s": result["seconds"],
+        "extract_s": result["extract_seconds"],
+        "ratio": result["seconds"] / bare_s,
+        "containers_per_s": containers / result["seconds"],
+        "peak_rss_mb": result["peak_rss_mb"],
+    }
+
+
+def bench_rate_limited(n: int, limit: int = 100) -> dict:
+    with SandboxProcess(containers=n, seed=49, clock=CLOCK, rate_limit=limit) as sb:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = run_loader(sb.base_url, sb.api_key, Path(tmp) / "bench.duckdb", limit)
+        stats = sb.stats()
+    by_status = stats.get("by_status", {})
+    served = sum(by_status.values())
+    limited = by_status.get("429", 0)
+    minutes = result["seconds"] / 60
+    # Under a rolling window of `limit` per minute, at most limit * (minutes + 1) requests fit.
+    possible = limit * (minutes + 1)
+    return {
+        "containers": n,
+        "requests": served,
+        "minutes": minutes,
+        "budget_used": served / possible,
+        "share_429": limited / served if served else 0.0,
+        "n_429": limited,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[20_000, 100_000])
+    parser.add_argument("--rate-limited", type=int, default=25_000,
+                        help="account size for the 100 req/min run (0 to skip)")
+    args = parser.parse_args()
+    rows = []
+    for n in args.sizes:
+        r = bench_size(n)
+        rows.append(r)
+        print(
+            f"{n:>7} containers: {r['pages']} pages, {r['mb_downloaded']:.0f} MB | bare download "
+            f"{r['bare_s']:.1f}s | full load {r['load_s']:.1f}s (scan {r['extract_s']:.1f}s) "
+            f"= {r['ratio']:.2f}x bare (target <= 1.5) | {r['containers_per_s']:.0f} containers/s "
+            f"| peak RSS {r['peak_rss_mb']:.0f} MB (target < 600)",
+            flush=True,
+        )
+    if len(rows) >= 2:
+        growth = rows[-1]["peak_rss_mb"] / rows[0]["peak_rss_mb"]
+        print(f"peak RSS growth {rows[0]['containers']} -> {rows[-1]['containers']}: "
+              f"{growth:.2f}x (target: flat, ~1x)")
+    if args.rate_limited:
+        r = bench_rate_limited(args.rate_limited)
+        print(
+            f"rate limited 100/min, {r['containers']} containers: {r['requests']} requests in "
+            f"{r['minutes']:.2f} min, budget used {r['budget_used']:.1%} (target >= 90%), "
+            f"429s {r['n_429']} = {r['share_429']:.2%} (target < 1%)"
+        )
+    print(f"benchmark process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,319 @@
+"""The load against the sandbox over real HTTP: the warehouse equals the API's ground truth."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from pipelines.config import ApiSettings, ConfigError
+from pipelines.load import LoadFailed, pipelines_dir_for, run_load
+from pipelines.terminal49.scan import ScanStats
+from sandbox.testing import SandboxProcess
+
+CLOCK = "2026-11-20T12:00:00Z"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _api(sb: Any, **kw: Any) -> ApiSettings:
+    return ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=kw.get("rate", 100_000))
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple[Any, ...]]:
+    return con.execute(sql).fetchall()
+
+
+def _ts(value: str | None) -> str | None:
+    """An API timestamp as DuckDB prints a UTC instant (for comparing)."""
+    if value is None:
+        return None
+    from datetime import UTC, datetime
+
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC).isoformat()
+
+
+def assert_equals_ground_truth(db: Path, truth: dict[str, Any], *, values: bool = True) -> None:
+    """Every table holds exactly the ground truth's records (and, with values, their fields)."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        ids = [r[0] for r in _rows(con, "SELECT id FROM terminal49.containers")]
+        assert len(ids) == len(set(ids)), "duplicated containers"
+        assert set(ids) == {c["id"] for c in truth["containers"]}
+        ship = [r[0] for r in _rows(con, "SELECT id FROM terminal49.shipments")]
+        assert len(ship) == len(set(ship))
+        assert set(ship) == {s["id"] for s in truth["shipments"]}
+        terminal_ids = {r[0] for r in _rows(con, "SELECT id FROM terminal49.terminals")}
+        port_ids = {r[0] for r in _rows(con, "SELECT id FROM terminal49.ports")}
+        referenced_terminals = {
+            c["relationships"]["pod_terminal"]["data"]["id"]
+            for c in truth["containers"]
+            if (c["relationships"].get("pod_terminal") or {}).get("data")
+        }
+        assert referenced_terminals <= terminal_ids
+        assert {t["id"] for t in truth["terminals"]} >= terminal_ids
+        assert {p["id"] for p in truth["ports"]} >= port_ids
+        if not values:
+            return
+        holds = Counter(
+            _rows(con, "SELECT container_id, name, status FROM terminal49.container_holds")
+        )
+        fees = Counter(
+            (c, t, round(a, 2))
+            for c, t, a in _rows(
+                con, "SELECT container_id, type, amount FROM terminal49.container_fees"
+            )
+        )
+        want_holds: Counter[tuple[Any, ...]] = Counter()
+        want_fees: Counter[tuple[Any, ...]] = Counter()
+        for c in truth["containers"]:
+            for h in c["attributes"].get("holds_at_pod_terminal") or []:
+                want_holds[(c["id"], h["name"], h["status"])] += 1
+            for f in c["attributes"].get("fees_at_pod_terminal") or []:
+                want_fees[(c["id"], f["type"], round(float(f["amount"]), 2))] += 1
+        assert holds == want_holds
+        assert fees == want_fees
+        got = {
+            r[0]: r[1:]
+            for r in _rows(
+                con,
+                "SELECT id, current_status, available_for_pickup, "
+                "strftime(pickup_lfd_terminal AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%S'), "
+                "strftime(pod_discharged_at AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%S'), "
+                "shipment_id FROM terminal49.containers",
+            )
+        }
+        for c in truth["containers"]:
+            a = c["attributes"]
+            lfd = (a.get("import_deadlines") or {}).get("pickup_lfd_terminal")
+            want = (
+                a["current_status"],
+                a["available_for_pickup"],
+                _ts(lfd)[:19] if lfd else None,
+                _ts(a["pod_discharged_at"])[:19] if a.get("pod_discharged_at") else None,
+                c["relationships"]["shipment"]["data"]["id"],
+            )
+            assert got[c["id"]] == want, c["id"]
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Any:
+    with SandboxProcess(containers=400, seed=7, clock=CLOCK) as sb:
+        yield sb
+
+
+def test_tables_types_and_ground_truth(sandbox: Any, tmp_path: Path) -> None:
+    db = tmp_path / "w.duckdb"
+    summary = run_load(db, _api(sandbox))
+    assert summary.rows["containers"] >= 400
+    assert_equals_ground_truth(db, sandbox.ground_truth())
+    con = duckdb.connect(str(db), read_only=True)
+    types = dict(
+        _rows(
+            con,
+            "SELECT table_name || '.' || column_name, data_type FROM duckdb_columns() "
+            "WHERE schema_name = 'terminal49'",
+        )
+    )
+    con.close()
+    expected = {
+        "containers.id": "VARCHAR",
+        "containers.pickup_lfd_terminal": "TIMESTAMP WITH TIME ZONE",
+        "containers.pickup_lfd_rail": "TIMESTAMP WITH TIME ZONE",
+        "containers.pickup_lfd_line": "TIMESTAMP WITH TIME ZONE",
+        "containers.available_for_pickup": "BOOLEAN",
+        "containers.equipment_length": "BIGINT",
+        "containers.weight_in_lbs": "DOUBLE",
+        "containers.ref_numbers": "JSON",
+        "containers.shipment_id": "VARCHAR",
+        "containers.pod_terminal_id": "VARCHAR",
+        "containers.pickup_facility_id": "VARCHAR",
+        "shipments.pod_eta_at": "TIMESTAMP WITH TIME ZONE",
+        "shipments.tags": "JSON",
+        "shipments.port_of_discharge_id": "VARCHAR",
+        "shipments.destination_terminal_id": "VARCHAR",
+        "container_holds.status": "VARCHAR",
+        "container_fees.amount": "DOUBLE",
+        "terminals.firms_code": "VARCHAR",
+        "ports.time_zone": "VARCHAR",
+    }
+    for column, kind in expected.items():
+        assert types.get(column) == kind, column
+
+
+def _dump(db: Path) -> dict[str, list[tuple[Any, ...]]]:
+    con = duckdb.connect(str(db), read_only=True)
+    out = {}
+    for table in ("containers", "shipments", "container_holds", "container_fees", "terminals", "ports"):
+        cols = [
+            r[0]
+            for r in _rows(
+                con,
+                f"SELECT column_name FROM duckdb_columns() WHERE schema_name='terminal49' "
+                f"AND table_name='{table}' AND column_name NOT IN ('fetched_at', '_dlt_load_id', '_dlt_id')",
+            )
+        ]
+        out[table] = sorted(
+            _rows(con, f"SELECT {', '.join(cols)} FROM terminal49.{table}"), key=repr
+        )
+    con.close()
+    return out
+
+
+def test_second_load_leaves_identical_rows(sandbox: Any, tmp_path: Path) -> None:
+    db = tmp_path / "w.duckdb"
+    run_load(db, _api(sandbox))
+    first = _dump(db)
+    run_load(db, _api(sandbox))
+    assert _dump(db) == first
+
+
+def test_world_moves_cleared_holds_disappear() -> None:
+    with SandboxProcess(containers=300, seed=11, clock=CLOCK) as sb:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            db = Path(tmp) / "w.duckdb"
+            run_load(db, _api(sb))
+            before = sb.ground_truth()
+            holds_before = {
+                (c["id"], h["name"])
+                for c in before["containers"]
+                for h in c["attributes"]["holds_at_pod_terminal"] or []
+            }
+            moved = sb.advance(hours=72)
+            assert moved["changed_containers"] > 0
+            run_load(db, _api(sb))
+            after = sb.ground_truth()
+            assert_equals_ground_truth(db, after)
+            holds_after = {
+                (c["id"], h["name"])
+                for c in after["containers"]
+                for h in c["attributes"]["holds_at_pod_terminal"] or []
+            }
+            cleared = holds_before - holds_after
+            assert cleared, "the sandbox cleared no hold in 72 h: the test proves nothing"
+            con = duckdb.connect(str(db), read_only=True)
+            rows = {tuple(r) for r in _rows(con, "SELECT container_id, name FROM terminal49.container_holds")}
+            con.close()
+            assert not (cleared & rows)
+
+
+def test_faults_and_reordering_during_the_scan() -> None:
+    faults = "5xx=0.05,429=0.05,truncate=0.01,drop=0.01"
+    with SandboxProcess(containers=1500, seed=5, clock=CLOCK, faults=faults) as sb:
+        import tempfile
+
+        perturbations = 0
+
+        def on_page(stats: ScanStats) -> None:
+            nonlocal perturbations
+            # While the client pages, the world changes and reorders under it.
+            if stats.kind == "containers" and stats.pages in (3, 6, 9):
+                sb.advance(hours=12)
+                sb.refresh(count=60)
+                perturbations += 1
+
+        with tempfile.TemporaryDirectory() as tmp:
+            db = Path(tmp) / "w.duckdb"
+            summary = run_load(db, _api(sb), on_page=on_page)
+            assert perturbations == 3
+            assert summary.retries > 0, "no fault was met: the test proves nothing"
+            # The set of records is exact: nothing missing, nothing duplicated.
+            assert_equals_ground_truth(db, sb.ground_truth(), values=False)
+            # And the next load (world still, faults still on) has every value right.
+            run_load(db, _api(sb))
+            assert_equals_ground_truth(db, sb.ground_truth())
+
+
+def _cli(*args: str, env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TERMINAL49_")}
+    full_env.update(env or {})
+    return subprocess.Popen(
+        [sys.executable, "-m", "freetime_cli.main", *args],
+        cwd=kw.get("cwd", REPO),
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_killed_load_leaves_old_data_and_next_load_completes(tmp_path: Path) -> None:
+    with SandboxProcess(containers=2000, seed=3, clock=CLOCK, rate_limit=600) as sb:
+        db = tmp_path / "w.duckdb"
+        run_load(db, _api(sb, rate=100_000))
+        old = _rows(duckdb.connect(str(db), read_only=True), "SELECT count(*) FROM terminal49.containers")
+        sb.advance(hours=24)
+        env = {"TERMINAL49_API_KEY": sb.api_key, "TERMINAL49_RATE_LIMIT": "300"}
+        proc = _cli("load", "--duckdb", str(db), "--base-url", sb.base_url, env=env)
+        time.sleep(6)  # 300 req/min: ~25 of ~40 pages fetched, nothing written yet
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        con = duckdb.connect(str(db), read_only=True)
+        assert _rows(con, "SELECT count(*) FROM terminal49.containers") == old
+        con.close()
+        run_load(db, _api(sb))
+        assert_equals_ground_truth(db, sb.ground_truth())
+
+
+def test_key_never_appears_in_logs_or_files(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    key = "sekret-7d1f0c9e5b"
+    caplog.set_level("DEBUG")
+    with SandboxProcess(containers=200, seed=2, clock=CLOCK, api_key=key, faults="5xx=0.1") as sb:
+        db = tmp_path / "w.duckdb"
+        summary = run_load(db, _api(sb))
+        assert summary.retries > 0
+        env = {"TERMINAL49_API_KEY": key}
+        proc = _cli("load", "--duckdb", str(db), "--base-url", sb.base_url, env=env)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    assert key not in caplog.text
+    assert key not in out + err
+    assert key not in repr(_api(sb)) and key not in repr(ApiSettings(api_key=key))
+    blobs = [db, *pipelines_dir_for(db).rglob("*")]
+    for f in blobs:
+        if f.is_file():
+            assert key.encode() not in f.read_bytes(), f
+
+
+def test_wrong_or_missing_key_is_one_clear_line(tmp_path: Path) -> None:
+    with SandboxProcess(containers=50, seed=1, clock=CLOCK) as sb:
+        proc = _cli(
+            "load", "--duckdb", str(tmp_path / "w.duckdb"), "--base-url", sb.base_url,
+            env={"TERMINAL49_API_KEY": "wrong"},
+        )
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2
+        assert "refused the key" in err and "Traceback" not in err
+        with pytest.raises(LoadFailed, match="refused the key"):
+            run_load(tmp_path / "x.duckdb", ApiSettings(base_url=sb.base_url, api_key="wrong"))
+    proc = _cli("load", "--duckdb", str(tmp_path / "w.duckdb"), env={}, cwd=tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "no API key" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(ConfigError):
+        run_load(tmp_path / "x.duckdb", ApiSettings(base_url="http://127.0.0.1:9/v2"))
+
+
+def test_unreachable_api_fails_cleanly_and_keeps_the_warehouse(sandbox: Any, tmp_path: Path) -> None:
+    db = tmp_path / "w.duckdb"
+    run_load(db, _api(sandbox))
+    before = _dump(db)
+    bad = ApiSettings(base_url="http://127.0.0.1:9/v2", api_key="k")
+    with pytest.raises(LoadFailed, match="reading the API.*gave up after 3 attempts"):
+        run_load(db, bad, max_attempts=3, backoff_base_s=0.01)
+    assert _dump(db) == before
+    run_load(db, _api(sandbox))
+    assert _dump(db) == before
