@@ -1,0 +1,346 @@
+"""Read the ``terminal49`` warehouse, publish ``analytics.demurrage_risk`` and its views.
+
+Every connection goes through :mod:`pipelines.warehouse` (lock-aware, short-lived). Publishing
+replaces the risk table in one transaction, copying the old one to
+``analytics.demurrage_risk_previous`` first, so readers never see a half table and
+:func:`pipelines.analytics.risk_changes` can compare runs from the warehouse alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from pipelines.analytics.risk import (
+    AT_RISK_LEVELS,
+    LEVELS,
+    SCHEMAS,
+    WarehouseFrames,
+    compute_risk,
+    conform,
+)
+from pipelines.analytics.tariffs import load_tariffs
+from pipelines.config import ANALYTICS_SCHEMA as A
+from pipelines.config import DATASET as T
+from pipelines.config import resolve_duckdb_path
+from pipelines.warehouse import WarehouseMissing, reading, writing
+
+URGENCY_ORDER = (
+    "ORDER BY CASE risk_level " + " ".join(f"WHEN '{lv}' THEN {i}" for i, lv in enumerate(LEVELS))
+    + " END, days_to_lfd NULLS LAST, ready_for_pickup DESC, projected_demurrage DESC NULLS LAST,"
+    " container_number"
+)
+
+
+@dataclass
+class RiskSummary:
+    """What a publish did: rows, counts per level, exposure totals (costed rows only), timing."""
+
+    duckdb_path: str
+    as_of: datetime
+    rows: int
+    seconds: float
+    levels: dict[str, int] = field(default_factory=dict)
+    accrued_demurrage: float = 0.0
+    projected_demurrage: float = 0.0
+    projected_detention: float = 0.0
+    uncosted: int = 0
+
+
+def _columns(con: duckdb.DuckDBPyConnection, schema: str) -> dict[str, set[str]]:
+    rows = con.execute(
+        "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = ?",
+        [schema],
+    ).fetchall()
+    out: dict[str, set[str]] = {}
+    for t, c in rows:
+        out.setdefault(t, set()).add(c)
+    return out
+
+
+def read_warehouse(con: duckdb.DuckDBPyConnection) -> WarehouseFrames:
+    """The ``terminal49`` tables compute_risk needs, as conformed LazyFrames (UTC instants).
+
+    Only the needed columns are read; missing tables or columns become typed NULLs.
+    """
+    con.execute("SET TimeZone = 'UTC'")
+    have = _columns(con, T)
+    frames: dict[str, pl.LazyFrame] = {}
+    for table, schema in SCHEMAS.items():
+        cols = [c for c in schema if c in have.get(table, set())]
+        if not cols:
+            frames[table] = conform(None, table)
+            continue
+        sel = ", ".join(f'"{c}"' for c in cols)
+        df = con.sql(f'SELECT {sel} FROM {T}."{table}"').pl()
+        frames[table] = conform(df.lazy(), table)
+    return WarehouseFrames(**frames)
+
+
+def _sql_views(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The analytics views; ``containers_wide`` adapts to the columns dlt actually created."""
+    have = _columns(con, T)
+    active = "risk_level <> 'done'"
+    exposure = f"""
+        count(*) FILTER (WHERE {active}) AS containers,
+        count(*) FILTER (WHERE risk_level = 'overdue') AS overdue,
+        count(*) FILTER (WHERE risk_level = 'due_today') AS due_today,
+        count(*) FILTER (WHERE risk_level = 'imminent') AS imminent,
+        count(*) FILTER (WHERE risk_level = 'unknown') AS unknown,
+        coalesce(sum(accrued_demurrage) FILTER (WHERE {active}), 0) AS accrued_demurrage,
+        coalesce(sum(projected_demurrage) FILTER (WHERE {active}), 0) AS projected_demurrage,
+        coalesce(sum(projected_detention), 0) AS projected_detention,
+        count(*) FILTER (WHERE {active} AND NOT costed) AS uncosted
+    """
+    views = [
+        f"""CREATE OR REPLACE VIEW {A}.at_risk_containers AS
+        SELECT row_number() OVER ({URGENCY_ORDER}) AS urgency_rank, *
+        FROM {A}.demurrage_risk
+        WHERE risk_level IN ('overdue', 'due_today', 'imminent') {URGENCY_ORDER}""",
+        f"""CREATE OR REPLACE VIEW {A}.exposure_by_terminal AS
+        SELECT port_of_discharge_locode, pod_terminal_name, pod_terminal_firms_code, {exposure}
+        FROM {A}.demurrage_risk GROUP BY ALL ORDER BY overdue DESC, projected_demurrage DESC""",
+        f"""CREATE OR REPLACE VIEW {A}.exposure_by_carrier AS
+        SELECT shipping_line_scac, {exposure}
+        FROM {A}.demurrage_risk GROUP BY ALL ORDER BY overdue DESC, projected_demurrage DESC""",
+        f"""CREATE OR REPLACE VIEW {A}.lfd_calendar AS
+        WITH base AS (
+            SELECT coalesce(min(today_local), min(CAST(as_of AS DATE))) AS d0
+            FROM {A}.demurrage_risk),
+        days AS (SELECT CAST(d0 + CAST(i AS INTEGER) AS DATE) AS lfd_date
+                 FROM base, range(14) t(i) WHERE d0 IS NOT NULL)
+        SELECT days.lfd_date,
+            count(r.container_id) AS boxes,
+            count(r.container_id) FILTER (WHERE r.ready_for_pickup) AS ready,
+            count(r.container_id) FILTER (WHERE len(r.blocking_holds) > 0) AS on_hold,
+            count(r.container_id) FILTER (WHERE r.pickup_appointment_at IS NOT NULL)
+                AS with_appointment,
+            coalesce(sum(r.projected_demurrage), 0) AS projected_demurrage,
+            count(r.container_id) FILTER (WHERE NOT r.costed) AS uncosted
+        FROM days LEFT JOIN {A}.demurrage_risk r
+            ON r.lfd_date = days.lfd_date AND r.risk_level <> 'done'
+        GROUP BY days.lfd_date ORDER BY days.lfd_date""",
+        _containers_wide_sql(have),
+    ]
+    return views
+
+
+def _containers_wide_sql(have: dict[str, set[str]]) -> str:
+    """One row per container with the vendor's DataSync column names (containers_rail)."""
+
+    def c(alias: str, table: str, name: str, typ: str = "VARCHAR") -> str:
+        return f"{alias}.\"{name}\"" if name in have.get(table, set()) else f"NULL::{typ}"
+
+    def src(table: str, cols: dict[str, str]) -> str:
+        if table in have:
+            return f"{T}.\"{table}\""
+        sel = ", ".join(f"NULL::{t} AS \"{n}\"" for n, t in cols.items())
+        return f"(SELECT {sel} WHERE false)"
+
+    ts = "TIMESTAMPTZ"
+    pod_tz = (f"coalesce({c('c', 'containers', 'pod_timezone')}, "
+              f"{c('s', 'shipments', 'pod_timezone')})")
+    ind_tz = (f"coalesce({c('c', 'containers', 'final_destination_timezone')}, "
+              f"{c('s', 'shipments', 'destination_timezone')})")
+    pol_tz = c("s", "shipments", "pol_timezone")
+    empty_tz = c("c", "containers", "empty_terminated_timezone")
+    cols: list[str] = []
+
+    def text(out: str, expr: str) -> None:
+        cols.append(f"{expr} AS {out}")
+
+    def at(out: str, expr: str, tz: str) -> None:
+        cols.append(f"{expr} AS {out}")
+        cols.append(f"strftime(timezone({tz}, {expr}), '%Y-%m-%d %H:%M:%S') AS {out}_local")
+
+    def lfd(out: str, expr: str, local_date: str) -> None:
+        cols.append(f"{expr} AS {out}")
+        cols.append(f"strftime({local_date}, '%Y-%m-%d') AS {out}_local")
+
+    cc = lambda n, t="VARCHAR": c("c", "containers", n, t)  # noqa: E731
+    sc = lambda n, t="VARCHAR": c("s", "shipments", n, t)  # noqa: E731
+    text("container_id", "c.id")
+    text("container_number", cc("number"))
+    text("shipment_id", cc("shipment_id"))
+    text("shipment_bill_of_lading_number", sc("bill_of_lading_number"))
+    text("shipment_normalized_number", sc("normalized_number"))
+    text("shipment_reference_numbers", sc("ref_numbers"))
+    text("container_reference_numbers", cc("ref_numbers"))
+    text("shipment_tags", sc("tags"))
+    text("customer_id", "NULL::VARCHAR")
+    text("customer_name", sc("customer_name"))
+    text("shipping_line_scac", sc("shipping_line_scac"))
+    text("shipping_line_name", sc("shipping_line_name"))
+    for pre, port, loc, tz in (("pol", "pol", "port_of_lading_locode", pol_tz),
+                               ("pod", "pod", "port_of_discharge_locode", pod_tz),
+                               ("ind", "ind", "destination_locode", ind_tz)):
+        text(f"{pre}_country_code", c(port, "ports", "country_code"))
+        text(f"{pre}_locode", sc(loc))
+        text(f"{pre}_city", c(port, "ports", "city"))
+        text(f"{pre}_timezone", tz)
+        if pre != "pol":
+            t = "pt" if pre == "pod" else "it"
+            text(f"{pre}_terminal_firms_code", c(t, "terminals", "firms_code"))
+            text(f"{pre}_terminal_nickname", c(t, "terminals", "nickname"))
+            text(f"{pre}_terminal_name", c(t, "terminals", "name"))
+    at("empty_out_at", cc("empty_out_at", ts), pol_tz)
+    at("full_in_at", cc("pol_full_in_at", ts), pol_tz)
+    at("pol_loaded_at", cc("pol_vessel_loaded_at", ts), pol_tz)
+    at("pol_etd_at", sc("pol_etd_at", ts), pol_tz)
+    at("pol_atd_at", sc("pol_atd_at", ts), pol_tz)
+    at("pod_eta_at", sc("pod_eta_at", ts), pod_tz)
+    at("pod_arrived_at", cc("pod_arrived_at", ts), pod_tz)
+    at("pod_berthed_at", "NULL::TIMESTAMPTZ", pod_tz)
+    at("pod_discharged_at", cc("pod_discharged_at", ts), pod_tz)
+    lfd("pod_last_free_day_on", cc("pickup_lfd_terminal", ts), "r.lfd_terminal")
+    lfd("ssl_last_free_day_on", f"coalesce({cc('pickup_lfd_line', ts)}, {cc('ssl_lfd', ts)})",
+        "r.lfd_line")
+    at("pod_pickup_appointment_at", cc("pickup_appointment_at", ts), pod_tz)
+    at("pod_full_out_at", cc("pod_full_out_at", ts), pod_tz)
+    text("pod_rail_carrier_scac", cc("pod_rail_carrier_scac"))
+    at("pod_rail_loaded_at", cc("pod_rail_loaded_at", ts), pod_tz)
+    at("pod_rail_departed_at", cc("pod_rail_departed_at", ts), pod_tz)
+    text("ind_rail_carrier_scac", cc("ind_rail_carrier_scac"))
+    at("ind_eta_at", cc("ind_eta_at", ts), ind_tz)
+    at("ind_arrived_at", cc("ind_ata_at", ts), ind_tz)
+    at("ind_rail_unloaded_at", cc("ind_rail_unloaded_at", ts), ind_tz)
+    lfd("ind_last_free_day_on",
+        f"coalesce({cc('pickup_lfd_rail', ts)}, {cc('ind_facility_lfd_on', ts)})", "r.lfd_rail")
+    at("ind_full_out_at", cc("final_destination_full_out_at", ts), ind_tz)
+    at("empty_terminated_at", cc("empty_terminated_at", ts), f"coalesce({empty_tz}, {pod_tz})")
+    text("fees_at_pod_terminal", "f.fees_json")
+    text("demurrage_at_pod_terminal", "CAST(f.demurrage AS VARCHAR)")
+    text("holds_at_pod_terminal", "h.holds_json")
+    for hold in ("freight", "customs", "usda", "tmf", "other"):
+        text(f"{hold}_hold_at_pod_terminal", f"h.{hold}")
+    text("location_at_pod_terminal", cc("location_at_pod_terminal"))
+    text("availability_known", f"CAST({cc('availability_known', 'BOOLEAN')} AS VARCHAR)")
+    text("available_for_pickup", f"CAST({cc('available_for_pickup', 'BOOLEAN')} AS VARCHAR)")
+    text("equipment_length", f"CAST({cc('equipment_length', 'BIGINT')} AS INTEGER)")
+    text("equipment_type", cc("equipment_type"))
+    text("equipment_height", cc("equipment_height"))
+    text("equipment", f"concat_ws(' ', CAST({cc('equipment_length', 'BIGINT')} AS VARCHAR) "
+                      f"|| '''', {cc('equipment_height')}, {cc('equipment_type')})")
+    text("weight_in_lbs", f"CAST(round({cc('weight_in_lbs', 'DOUBLE')}) AS INTEGER)")
+    text("seal_number", cc("seal_number"))
+    text("pod_full_out_chassis_number", cc("pod_full_out_chassis_number"))
+    text("pod_voyage_number", sc("pod_voyage_number"))
+    text("pod_vessel_name", sc("pod_vessel_name"))
+    text("pod_vessel_imo", sc("pod_vessel_imo"))
+    text("terminal_checked_at", cc("terminal_checked_at", ts))
+    text("line_tracking_last_succeeded_at", sc("line_tracking_last_succeeded_at", ts))
+    text("line_tracking_stopped_at", sc("line_tracking_stopped_at", ts))
+    text("line_tracking_stopped_reason", sc("line_tracking_stopped_reason"))
+    text("created_at", cc("created_at", ts))
+    text("updated_at", cc("fetched_at", ts))
+    holds_src = src("container_holds", {"container_id": "VARCHAR", "name": "VARCHAR",
+                                        "status": "VARCHAR", "description": "VARCHAR"})
+    fees_src = src("container_fees", {"container_id": "VARCHAR", "type": "VARCHAR",
+                                      "amount": "DOUBLE", "currency_code": "VARCHAR"})
+    desc = c("x", "container_holds", "description")
+    cur = c("x", "container_fees", "currency_code")
+    named = "('freight', 'customs', 'usda', 'tmf')"
+    hold_pivot = ", ".join(
+        f"max(x.status) FILTER (WHERE lower(x.name) = '{h}') AS {h}"
+        for h in ("freight", "customs", "usda", "tmf")
+    )
+    empty_ids = {"id": "VARCHAR"}
+    return f"""CREATE OR REPLACE VIEW {A}.containers_wide AS
+    WITH h AS (
+        SELECT x.container_id, {hold_pivot},
+            max(x.status) FILTER (WHERE lower(x.name) NOT IN {named}) AS other,
+            CAST(to_json(list({{'name': x.name, 'status': x.status, 'description': {desc}}}))
+                 AS VARCHAR) AS holds_json
+        FROM {holds_src} x GROUP BY x.container_id),
+    f AS (
+        SELECT x.container_id,
+            CAST(to_json(list({{'type': x.type, 'amount': x.amount, 'currency_code': {cur}}}))
+                 AS VARCHAR) AS fees_json,
+            sum(x.amount) FILTER (WHERE x.type = 'demurrage') AS demurrage
+        FROM {fees_src} x GROUP BY x.container_id)
+    SELECT {", ".join(cols)}
+    FROM {T}.containers c
+    LEFT JOIN {src("shipments", empty_ids)} s ON s.id = c.shipment_id
+    LEFT JOIN {src("terminals", empty_ids)} pt ON pt.id = {cc("pod_terminal_id")}
+    LEFT JOIN {src("terminals", empty_ids)} it ON it.id = {sc("destination_terminal_id")}
+    LEFT JOIN {src("ports", empty_ids)} pol ON pol.id = {sc("port_of_lading_id")}
+    LEFT JOIN {src("ports", empty_ids)} pod ON pod.id = {sc("port_of_discharge_id")}
+    LEFT JOIN {src("ports", empty_ids)} ind ON ind.id = {sc("destination_id")}
+    LEFT JOIN h ON h.container_id = c.id
+    LEFT JOIN f ON f.container_id = c.id
+    LEFT JOIN {A}.demurrage_risk r ON r.container_id = c.id"""
+
+
+def publish_risk(
+    duckdb_path: str | Path | None,
+    as_of: datetime | None = None,
+    tariffs_path: str | Path | None = None,
+) -> RiskSummary:
+    """Recompute the risk table at ``as_of`` (default now, UTC) and publish it with its views.
+
+    Raises ``TariffError`` (bad CSV, checked before opening the warehouse), ``WarehouseMissing``
+    (no file, or no ``terminal49.containers`` in it) or ``WarehouseLocked``.
+    """
+    started = time.perf_counter()
+    tariffs = load_tariffs(tariffs_path)
+    as_of = (as_of or datetime.now(UTC))
+    as_of = (as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)).astimezone(UTC)
+    path = resolve_duckdb_path(duckdb_path)
+    if not path.exists():
+        raise WarehouseMissing(f"no warehouse at {path}: run `freetime load` first")
+    with writing(path) as con:
+        tables = _columns(con, T)
+        if "containers" not in tables:
+            raise WarehouseMissing(
+                f"the warehouse {path} has no {T}.containers table: run `freetime load` first")
+        df = compute_risk(read_warehouse(con), as_of, tariffs).collect()
+        con.register("_risk_new", df.to_arrow())
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {A}")
+            if "demurrage_risk" in _columns(con, A):
+                con.execute(f"CREATE OR REPLACE TABLE {A}.demurrage_risk_previous AS "
+                            f"SELECT * FROM {A}.demurrage_risk")
+            con.execute(f"CREATE OR REPLACE TABLE {A}.demurrage_risk AS SELECT * FROM _risk_new")
+            for sql in _sql_views(con):
+                con.execute(sql)
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        finally:
+            con.unregister("_risk_new")
+    active = df.filter(pl.col("risk_level") != "done")
+    counts = dict(df.group_by("risk_level").len().iter_rows())
+    return RiskSummary(
+        duckdb_path=str(path), as_of=as_of, rows=df.height,
+        seconds=round(time.perf_counter() - started, 3),
+        levels={lv: int(counts.get(lv, 0)) for lv in LEVELS},
+        accrued_demurrage=float(active["accrued_demurrage"].sum() or 0.0),
+        projected_demurrage=float(active["projected_demurrage"].sum() or 0.0),
+        projected_detention=float(df["projected_detention"].sum() or 0.0),
+        uncosted=int((~active["costed"]).sum()),
+    )
+
+
+def at_risk(duckdb_path: str | Path | None, levels: Sequence[str] | None = None) -> pl.DataFrame:
+    """Published risk rows at the given levels (default overdue, due_today, imminent),
+    most urgent first. Raises ``WarehouseMissing`` if nothing was published yet."""
+    lv = list(levels or AT_RISK_LEVELS)
+    bad = [x for x in lv if x not in LEVELS]
+    if bad:
+        raise ValueError(f"unknown risk level(s) {', '.join(bad)}; use {', '.join(LEVELS)}")
+    path = resolve_duckdb_path(duckdb_path)
+    with reading(path) as con:
+        if "demurrage_risk" not in _columns(con, A):
+            raise WarehouseMissing(f"no {A}.demurrage_risk in {path}: run `freetime risk` first")
+        con.execute("SET TimeZone = 'UTC'")
+        marks = ", ".join("?" for _ in lv)
+        sql = f"SELECT * FROM {A}.demurrage_risk WHERE risk_level IN ({marks}) {URGENCY_ORDER}"
+        return con.sql(sql, params=lv).pl()
