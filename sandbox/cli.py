@@ -1,12 +1,101 @@
-"""`freetime sandbox ...` (placeholder until the sandbox lands)."""
+"""`freetime sandbox ...`: serve a synthetic Terminal49 account over HTTP.
+
+``serve`` generates the account, binds the socket, prints exactly two lines
+(``base_url: http://HOST:PORT/v2`` and ``api_key: KEY``), flushes stdout, then serves until
+terminated. A malformed option (``--faults``, ``--clock``) is reported on one line with exit
+code 2.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from datetime import UTC, datetime
 
 import typer
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+
+
+def parse_clock(value: str | None) -> int:
+    """``--clock`` ISO 8601 (naive = UTC) to epoch seconds; default now floored to the hour."""
+    if value is None:
+        now = int(datetime.now(UTC).timestamp())
+        return now - now % 3600
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    dt = datetime.fromisoformat(text)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp())
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"freetime sandbox serve: {message}", err=True)
+    raise typer.Exit(2)
 
 
 @app.command()
-def serve() -> None:
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Interface to bind."),
+    port: int = typer.Option(8049, help="Port to bind (0 = any free port)."),
+    containers: int = typer.Option(500, min=0, help="Number of containers in the account."),
+    seed: int = typer.Option(49, help="Seed of the synthetic account and of the faults."),
+    api_key: str = typer.Option("sandbox-key", help="API key clients must send."),
+    rate_limit: int = typer.Option(0, min=0, help="Requests per rolling minute (0 = off)."),
+    faults: str = typer.Option("", help="e.g. 5xx=0.05,429=0.05,truncate=0.01,drop=0.01,"
+                                        "slow=0.02,slow_seconds=2"),
+    clock: str = typer.Option(None, help="Sandbox clock, ISO 8601 (default: now, hour-floored)."),
+    advance_every: float = typer.Option(0.0, min=0.0,
+                                        help="Advance the clock every N wall seconds (0 = off)."),
+    advance_step_hours: float = typer.Option(1.0, min=0.0,
+                                             help="Sandbox hours per automatic advance."),
+    log_level: str = typer.Option("warning", help="uvicorn log level."),
+) -> None:
     """Serve a synthetic Terminal49 account over HTTP."""
-    typer.echo("not implemented yet")
-    raise typer.Exit(1)
+    from sandbox.faults import FaultSpec, FaultSpecError
+
+    try:
+        spec = FaultSpec.parse(faults)
+    except FaultSpecError as e:
+        _fail(f"invalid --faults: {e}")
+        return
+    try:
+        clock_ts = parse_clock(clock)
+    except ValueError:
+        _fail(f"invalid --clock {clock!r}: expected ISO 8601 such as 2026-11-20T12:00:00Z")
+        return
+
+    import uvicorn
+
+    from sandbox.app import SandboxState, create_app
+    from sandbox.model import Account
+
+    account = Account.generate(containers, seed, clock_ts)
+    state = SandboxState(account=account, api_key=api_key, rate_limit=rate_limit, faults=spec,
+                         advance_every=advance_every,
+                         advance_step=round(advance_step_hours * 3600))
+    asgi = create_app(state)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        _fail(f"cannot bind {host}:{port}: {e.strerror}")
+        return
+    sock.listen(2048)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    sys.stdout.write(f"base_url: http://{shown}:{bound}/v2\napi_key: {api_key}\n")
+    sys.stdout.flush()
+    config = uvicorn.Config(asgi, log_level=log_level, access_log=False, http="h11",
+                            loop="asyncio", lifespan="on", timeout_keep_alive=30)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+@app.command()
+def info() -> None:
+    """Describe the sandbox (see `serve --help`)."""
+    typer.echo("Local Terminal49 look-alike. Start it with: freetime sandbox serve --help")
