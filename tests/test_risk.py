@@ -9,11 +9,11 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
+from risk_fixtures import make_warehouse
 
 from pipelines.analytics import compute_risk, load_tariffs, publish_risk, read_warehouse
 from pipelines.analytics.calendars import WorkingCalendar, us_federal_holidays
 from pipelines.warehouse import reading
-from tests.risk_fixtures import make_warehouse
 
 AS_OF = datetime(2025, 11, 14, 16, 0, tzinfo=UTC)
 LA, NY, CHI = "America/Los_Angeles", "America/New_York", "America/Chicago"

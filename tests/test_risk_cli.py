@@ -1,0 +1,63 @@
+"""`freetime risk` end to end on a temp warehouse, and its one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from risk_fixtures import make_warehouse
+from test_risk import DATA
+from typer.testing import CliRunner
+
+from freetime_cli.risk_cmd import risk
+from pipelines.analytics import risk_changes
+from pipelines.warehouse import reading
+
+app = typer.Typer()
+app.command()(risk)
+runner = CliRunner()
+
+
+@pytest.fixture()
+def db(tmp_path: Path) -> Path:
+    return make_warehouse(tmp_path / "w.duckdb", DATA)
+
+
+def test_cli_json_and_changes(db: Path) -> None:
+    r = runner.invoke(app, ["--duckdb", str(db), "--as-of", "2025-11-14T16:00:00Z",
+                            "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert [x["container_number"] for x in rows] == ["B2", "B", "G", "E", "A"]  # days -13, -4, -2, 1, 3
+    r = runner.invoke(app, ["--duckdb", str(db), "--as-of", "2025-11-17T16:00:00Z"])
+    assert r.exit_code == 0 and "At-risk containers" in r.stdout
+    with reading(db) as con:
+        prev = con.sql("SELECT * FROM analytics.demurrage_risk_previous").pl()
+        cur = con.sql("SELECT * FROM analytics.demurrage_risk").pl()
+    ch = risk_changes(prev, cur)
+    # On Mon 17 Nov: A's LFD (17 Nov) is today, not overdue; F's (20 Nov) is not either;
+    # E (rail LFD 15 Nov) becomes overdue.
+    assert [x["container_number"] for x in ch["newly_overdue"]] == ["E"]
+    assert ch["lfd_moved"] == [] and ch["newly_ready"] == []
+    assert risk_changes(None, cur)["counts"]["newly_overdue"] == 4
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--as-of", "yesterday"], "not an ISO 8601"),
+    (["--level", "urgent"], "unknown level urgent"),
+    (["--format", "xml"], "unknown format"),
+])
+def test_cli_bad_input_exit_2(db: Path, args: list[str], needle: str) -> None:
+    r = runner.invoke(app, ["--duckdb", str(db), *args])
+    assert r.exit_code == 2 and needle in r.stderr and "Traceback" not in r.output
+
+
+def test_cli_missing_warehouse_and_bad_tariffs(tmp_path: Path, db: Path) -> None:
+    r = runner.invoke(app, ["--duckdb", str(tmp_path / "none.duckdb")])
+    assert r.exit_code == 2 and "no warehouse" in r.stderr
+    bad = tmp_path / "t.csv"
+    bad.write_text("charge\n")
+    r = runner.invoke(app, ["--duckdb", str(db), "--tariffs", str(bad)])
+    assert r.exit_code == 2 and "missing column" in r.stderr
