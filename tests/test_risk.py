@@ -35,7 +35,8 @@ def _c(cid: str, **kw: object) -> dict[str, object]:
 def _s(cid: str, scac: str = "HLCU", pod: str = "USLAX", **kw: object) -> dict[str, object]:
     row: dict[str, object] = {
         "id": "s-" + cid, "bill_of_lading_number": "BL" + cid, "shipping_line_scac": scac,
-        "port_of_discharge_locode": pod, "customer_name": "ACME", "port_of_discharge_id": "p-" + pod,
+        "port_of_discharge_locode": pod, "customer_name": "ACME",
+        "port_of_discharge_id": "p-" + pod,
     }
     row.update(kw)
     return row
@@ -107,7 +108,8 @@ TERMINALS = [
      "firms_code": "E416"},
 ]
 PORTS = [
-    {"id": "p-USLAX", "code": "USLAX", "city": "Los Angeles", "country_code": "US", "time_zone": LA},
+    {"id": "p-USLAX", "code": "USLAX", "city": "Los Angeles", "country_code": "US",
+     "time_zone": LA},
 ]
 DATA = {"containers": CONTAINERS, "shipments": SHIPMENTS, "container_holds": HOLDS,
         "container_fees": FEES, "terminals": TERMINALS, "ports": PORTS}

@@ -30,7 +30,8 @@ def test_cli_json_and_changes(db: Path) -> None:
                             "--format", "json"])
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)
-    assert [x["container_number"] for x in rows] == ["B2", "B", "G", "E", "A"]  # days -13, -4, -2, 1, 3
+    # days to LFD: B2 -13, B -4, G -2, E 1, A 3
+    assert [x["container_number"] for x in rows] == ["B2", "B", "G", "E", "A"]
     r = runner.invoke(app, ["--duckdb", str(db), "--as-of", "2025-11-17T16:00:00Z"])
     assert r.exit_code == 0 and "At-risk containers" in r.stdout
     with reading(db) as con:
