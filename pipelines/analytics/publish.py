@@ -299,7 +299,7 @@ def publish_risk(
         if "containers" not in tables:
             raise WarehouseMissing(
                 f"the warehouse {path} has no {T}.containers table: run `freetime load` first")
-        df = compute_risk(read_warehouse(con), as_of, tariffs).collect()
+        df = compute_risk(read_warehouse(con), as_of, tariffs).collect(engine="in-memory")
         con.register("_risk_new", df.to_arrow())
         con.execute("BEGIN TRANSACTION")
         try:
