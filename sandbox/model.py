@@ -13,6 +13,7 @@ seed. The clock moves only through :meth:`Account.advance`.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import random
 from array import array
@@ -66,6 +67,42 @@ _STATUS_LIST = tuple(TARGET_WEIGHTS)
 _STATUS_W = tuple(TARGET_WEIGHTS.values())
 
 
+def _cum(weights: Iterable[int]) -> tuple[float, ...]:
+    """Cumulative weights normalised to 1 (for :func:`_pick`)."""
+    w = list(weights)
+    total = float(sum(w))
+    acc, out = 0.0, []
+    for x in w:
+        acc += x
+        out.append(acc / total)
+    return tuple(out)
+
+
+def _pick(rng: random.Random, cum: tuple[float, ...]) -> int:
+    """Index drawn with cumulative probabilities ``cum``."""
+    return min(bisect.bisect_right(cum, rng.random()), len(cum) - 1)
+
+
+def _ri(rng: random.Random, a: int, b: int) -> int:
+    """Uniform integer in [a, b] (one ``random()`` draw; much cheaper than ``randint``)."""
+    return a + int(rng.random() * (b - a + 1))
+
+
+def _rr(rng: random.Random, n: int) -> int:
+    """Uniform integer in [0, n)."""
+    return int(rng.random() * n)
+
+
+_STATUS_CUM = _cum(_STATUS_W)
+_CARRIER_CUM = _cum(R.CARRIER_WEIGHTS)
+_SIZE_CUM = _cum((38, 24, 15, 10, 7, 6))
+_REFS_CUM = _cum((40, 40, 15, 5))
+_ETYPE_CUM = _cum(R.EQUIPMENT_TYPE_WEIGHTS)
+_ELEN_CUM = _cum(R.EQUIPMENT_LENGTH_WEIGHTS)
+_HOLD_CUM = _cum(R.HOLD_WEIGHTS)
+_POST_CUM = _cum((50, 35, 15))  # none, delivered, dropped
+
+
 def derive_uuid(seed: int, kind: str, index: int | str) -> str:
     """A version-4-shaped uuid derived from (seed, kind, index)."""
     b = bytearray(hashlib.blake2b(f"{seed}:{kind}:{index}".encode(), digest_size=16).digest())
@@ -75,20 +112,35 @@ def derive_uuid(seed: int, kind: str, index: int | str) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def iso6346_check_digit(code: str) -> int:
-    """ISO 6346 check digit of the first 10 characters of a container number."""
-    vals = {}
+def _iso6346_values() -> dict[str, int]:
+    vals = {str(d): d for d in range(10)}
     v = 10
     for ch in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
         if v % 11 == 0:
             v += 1
         vals[ch] = v
         v += 1
+    return vals
+
+
+_ISO6346 = _iso6346_values()
+
+
+def iso6346_check_digit(code: str) -> int:
+    """ISO 6346 check digit of the first 10 characters of a container number."""
     total = 0
     for pos, ch in enumerate(code):
-        n = int(ch) if ch.isdigit() else vals[ch]
-        total += n * (1 << pos)
+        total += _ISO6346[ch] << pos
     return total % 11 % 10
+
+
+def sub_id(parent: str, salt: int) -> str:
+    """A uuid-shaped id derived from ``parent`` (a derived uuid) and a small ``salt``.
+
+    Used for per-container transport and raw events: cheap, stable, unique within the parent.
+    """
+    tail = (int(parent[-8:], 16) ^ (salt * 0x9E3779B1)) & 0xFFFFFFFF
+    return f"{parent[:-8]}{tail:08x}"
 
 
 def imo_number(key: int) -> str:
@@ -100,37 +152,53 @@ def imo_number(key: int) -> str:
 
 
 class Table:
-    """Named typed columns (``array.array``) of equal length."""
+    """Rows of named integer fields stored in one flat ``array('q')`` (row-major, fixed stride).
+
+    One machine integer per field keeps a row at ``8 * len(fields)`` bytes and lets
+    :meth:`row` slice a whole row in one C call.
+    """
 
     def __init__(self, spec: Iterable[tuple[str, str]]) -> None:
-        self.spec = tuple(spec)
-        self.names = tuple(n for n, _ in self.spec)
-        self.cols: dict[str, array] = {n: array(tc) for n, tc in self.spec}
-        self._arrays = tuple(self.cols[n] for n in self.names)
+        self.names = tuple(n for n, _ in spec)
+        self.stride = len(self.names)
+        self.offset = {n: k for k, n in enumerate(self.names)}
+        self.data = array("q")
 
     def __len__(self) -> int:
-        return len(self._arrays[0])
+        return len(self.data) // self.stride
 
     def add(self, row: dict[str, int]) -> int:
-        """Append a row (every column required); returns its index."""
-        for name, arr in zip(self.names, self._arrays, strict=True):
-            arr.append(row[name])
+        """Append a row (every field required); returns its index."""
+        self.data.extend([row[n] for n in self.names])
         return len(self) - 1
 
     def row(self, i: int) -> dict[str, int]:
         """Row ``i`` as a dict."""
-        return {n: a[i] for n, a in zip(self.names, self._arrays, strict=True)}
+        k = i * self.stride
+        return dict(zip(self.names, self.data[k:k + self.stride], strict=True))
+
+    def get(self, i: int, name: str) -> int:
+        """Field ``name`` of row ``i``."""
+        return self.data[i * self.stride + self.offset[name]]
+
+    def set(self, i: int, name: str, value: int) -> None:
+        """Set field ``name`` of row ``i``."""
+        self.data[i * self.stride + self.offset[name]] = value
+
+    def column(self, name: str) -> array:
+        """A copy of one column."""
+        return self.data[self.offset[name]::self.stride]
 
     def nbytes(self) -> int:
-        """Bytes held by the columns."""
-        return sum(a.itemsize * len(a) for a in self._arrays)
+        """Bytes held by the table."""
+        return self.data.itemsize * len(self.data)
 
 
 @dataclass
 class Account:
     """A whole synthetic account at a clock, stored column-wise.
 
-    Invariants: ``containers.cols['ship'][i]`` indexes ``shipments``; a shipment's containers are
+    Invariants: ``containers.get(i, "ship")`` indexes ``shipments``; a shipment's containers are
     the contiguous range ``first .. first + n - 1``; ``order`` lists container indices most
     recently refreshed first (ties: lower index first); ``ship_order`` lists shipments newest
     created first (ties: higher index first).
@@ -164,9 +232,9 @@ class Account:
     # ---- ordering -----------------------------------------------------------------------
     def sort_all(self) -> None:
         """Rebuild both orders from scratch."""
-        ref = self.containers.cols["refreshed"]
+        ref = self.containers.column("refreshed")
         self.order = sorted(range(len(ref)), key=lambda i: (-ref[i], i))
-        cr = self.shipments.cols["created"]
+        cr = self.shipments.column("created")
         self.ship_order = sorted(range(len(cr)), key=lambda s: (-cr[s], -s))
 
     def move_to_front(self, indices: Iterable[int]) -> None:
@@ -192,13 +260,11 @@ class Account:
         return sorted(chosen)
 
     def _touch(self, indices: list[int]) -> None:
-        ref = self.containers.cols["refreshed"]
-        tchk = self.containers.cols["tchk"]
-        stale = self.containers.cols["stale"]
+        c = self.containers
         for i in indices:
-            ref[i] = self.clock
-            if stale[i] == W.STALE_NO:
-                tchk[i] = self.clock
+            c.set(i, "refreshed", self.clock)
+            if c.get(i, "stale") == W.STALE_NO:
+                c.set(i, "tchk", self.clock)
         self.move_to_front(indices)
 
     def advance(self, seconds: int) -> tuple[int, int]:
@@ -228,14 +294,14 @@ class Account:
         rng = random.Random(f"{self.seed}:advance:{old}:{new}")
         expected = self.daily_rate * seconds / DAY
         n_new = int(expected) + (1 if rng.random() < expected - int(expected) else 0)
-        created = sorted(rng.randint(old + 1, new) for _ in range(n_new))
+        created = sorted(_ri(rng, old + 1, new) for _ in range(n_new))
         new_idx: list[int] = []
         for c in created:
             new_idx.extend(self._add_shipment(rng, "new", new, created_at=c))
         self._touch(changed)
         if new_idx:
             self.move_to_front(new_idx)
-            cr = self.shipments.cols["created"]
+            cr = self.shipments.column("created")
             self.ship_order = sorted(range(len(cr)), key=lambda s: (-cr[s], -s))
         return len(changed), len(new_idx)
 
@@ -245,11 +311,11 @@ class Account:
         """Generate an account of about ``n_containers`` containers (exactly that many)."""
         acct = cls(seed=seed, clock=clock)
         rng = random.Random(seed)
-        n_cust = rng.randint(12, 24)
+        n_cust = _ri(rng, 12, 24)
         acct.customers = tuple(rng.sample(R.CUSTOMERS, n_cust))
         acct.daily_rate = max(n_containers, 1) / 2.6 / 90.0  # shipments/day: ~90-day book turnover
         while len(acct.container_ids) < n_containers:
-            target = rng.choices(_STATUS_LIST, _STATUS_W)[0]
+            target = _STATUS_LIST[_pick(rng, _STATUS_CUM)]
             acct._add_shipment(rng, target, clock, limit=n_containers - len(acct.container_ids))
         acct.next_chg = array("q", [NONE]) * len(acct.container_ids)
         acct.sort_all()
@@ -263,9 +329,9 @@ class Account:
         in status ``target``; otherwise it is shifted so the shipment is created at ``created_at``.
         """
         s_index = len(self.shipment_ids)
-        carrier_i = rng.choices(range(len(R.CARRIERS)), R.CARRIER_WEIGHTS)[0]
+        carrier_i = _pick(rng, _CARRIER_CUM)
         carrier = R.CARRIERS[carrier_i]
-        term_i = rng.randrange(len(R.TERMINALS))
+        term_i = _rr(rng, len(R.TERMINALS))
         term = R.TERMINALS[term_i]
         pod = term.port
         west = pod in R.WEST_COAST
@@ -276,24 +342,24 @@ class Account:
             rail = False
         else:
             rail = rng.random() < rail_share
-        dest = rng.randrange(len(R.INLAND)) if rail else NONE
-        n = min(limit, rng.choices((1, 2, 3, 4, 5, 6), (38, 24, 15, 10, 7, 6))[0])
+        dest = _rr(rng, len(R.INLAND)) if rail else NONE
+        n = min(limit, 1 + _pick(rng, _SIZE_CUM))
 
         # Relative plan: departure from the port of lading at 0.
         mins = 60
-        transit = rng.randint(12 * DAY, 18 * DAY) if west else rng.randint(28 * DAY, 36 * DAY)
+        transit = _ri(rng, 12 * DAY, 18 * DAY) if west else _ri(rng, 28 * DAY, 36 * DAY)
         ata = transit // mins * mins
-        slip = rng.randint(1 * DAY, 5 * DAY) // HOUR * HOUR if rng.random() < 0.3 else 0
+        slip = _ri(rng, 1 * DAY, 5 * DAY) // HOUR * HOUR if rng.random() < 0.3 else 0
         eta_orig = ata - slip if rng.random() < 0.9 else NEVER
-        etd_orig = -rng.randint(0, 3 * DAY) // HOUR * HOUR if rng.random() < 0.35 else NEVER
-        created = -rng.randint(-6 * DAY, 14 * DAY) // mins * mins
+        etd_orig = -_ri(rng, 0, 3 * DAY) // HOUR * HOUR if rng.random() < 0.35 else NEVER
+        created = -_ri(rng, -6 * DAY, 14 * DAY) // mins * mins
         rows: list[dict[str, int]] = []
         for k in range(n):
             rows.append(self._plan_container(rng, k, rail, west, term, ata, target if k == 0
                                              else ""))
         first_loaded = min(r["loaded"] for r in rows)
         if target == "new" or created_at is not None and rng.random() < 0.7:
-            created = first_loaded - rng.randint(DAY, 12 * DAY) // mins * mins
+            created = first_loaded - _ri(rng, DAY, 12 * DAY) // mins * mins
         for r in rows:
             r["created"] = created
 
@@ -318,32 +384,32 @@ class Account:
                     r["stale"] = W.STALE_NULL
                 else:
                     r["stale"] = W.STALE_FIXED
-                    r["tchk"] = clock - rng.randint(8 * DAY, 30 * DAY)
+                    r["tchk"] = clock - _ri(rng, 8 * DAY, 30 * DAY)
         last_empty = max(r["empty_ret"] for r in rows)
         stop_at, stop_reason = NEVER, NONE
         if last_empty < NEVER:
-            stop_at, stop_reason = last_empty + rng.randint(HOUR, 2 * DAY), 0
+            stop_at, stop_reason = last_empty + _ri(rng, HOUR, 2 * DAY), 0
         elif rng.random() < 0.06:
-            stop_reason = rng.randint(1, 5)
-            stop_at = created + rng.randint(20 * DAY, 60 * DAY)
+            stop_reason = _ri(rng, 1, 5)
+            stop_at = created + _ri(rng, 20 * DAY, 60 * DAY)
         dest_eta = NEVER
         dest_eta_orig = NEVER
         if rail:
-            dest_eta = rows[0]["ind_ata"] + rng.randint(-12, 30) * HOUR
-            dest_eta_orig = dest_eta - rng.randint(0, 3) * DAY
+            dest_eta = rows[0]["ind_ata"] + _ri(rng, -12, 30) * HOUR
+            dest_eta_orig = dest_eta - _ri(rng, 0, 3) * DAY
         srow = {
             "created": created, "carrier": carrier_i,
-            "pol": rng.randrange(len(R.ORIGINS)), "term": term_i, "dest": dest,
-            "customer": rng.randrange(len(self.customers)) if rng.random() < 0.95 else NONE,
-            "vessel": rng.randrange(len(R.VESSEL_WORDS)),
-            "voyage": rng.randint(100, 999) * 10 + rng.randrange(3),
+            "pol": _rr(rng, len(R.ORIGINS)), "term": term_i, "dest": dest,
+            "customer": _rr(rng, len(self.customers)) if rng.random() < 0.95 else NONE,
+            "vessel": _rr(rng, len(R.VESSEL_WORDS)),
+            "voyage": _ri(rng, 100, 999) * 10 + _rr(rng, 3),
             "atd": shift, "etd_orig": etd_orig + shift if etd_orig < NEVER else NEVER,
             "ata": ata, "eta_orig": eta_orig + shift if eta_orig < NEVER else NEVER,
             "dest_eta": dest_eta, "dest_eta_orig": dest_eta_orig,
             "stop_at": stop_at, "stop_reason": stop_reason,
             "first": len(self.container_ids), "n": n,
-            "refs": rng.choices((0, 1, 2, 3), (40, 40, 15, 5))[0],
-            "tags": sum(1 << b for b in rng.sample(range(len(TAGS)), rng.randint(1, 2)))
+            "refs": _pick(rng, _REFS_CUM),
+            "tags": sum(1 << b for b in rng.sample(range(len(TAGS)), _ri(rng, 1, 2)))
             if rng.random() < 0.4 else 0,
         }
         self.shipments.add(srow)
@@ -355,14 +421,14 @@ class Account:
         for r in rows:
             i = len(self.container_ids)
             r["ship"] = s_index
-            r["owner"] = _OWNER_INDEX[owners[rng.randrange(len(owners))]]
+            r["owner"] = _OWNER_INDEX[owners[_rr(rng, len(owners))]]
             r["serial"] = (i * 7919 + self.seed * 104729) % 1_000_000
             # Refresh time: last change point, or recently for boxes still moving.
             last = W.last_change(r, self.clock)
             if r["empty_ret"] <= self.clock:
-                ref = min(self.clock, last + rng.randint(0, 6 * HOUR))
+                ref = min(self.clock, last + _ri(rng, 0, 6 * HOUR))
             else:
-                ref = max(last, self.clock - rng.randint(0, 12 * HOUR))
+                ref = max(last, self.clock - _ri(rng, 0, 12 * HOUR))
             r["refreshed"] = max(ref, r["created"]) if created_at is None else self.clock
             if r["stale"] == W.STALE_NO:
                 r["tchk"] = r["refreshed"]
@@ -386,9 +452,9 @@ class Account:
             if end > start and W.status(c, start) == target:
                 segs.append((start, end))
         if not segs:
-            return created + rng.randint(0, 60 * DAY)
-        start, end = segs[rng.randrange(len(segs))]
-        return rng.randint(start, end - 1) // 60 * 60
+            return created + _ri(rng, 0, 60 * DAY)
+        start, end = segs[_rr(rng, len(segs))]
+        return _ri(rng, start, end - 1) // 60 * 60
 
     def _plan_container(self, rng: random.Random, k: int, rail: bool, west: bool,
                         term: R.Terminal, ata: int, target: str) -> dict[str, int]:
@@ -397,18 +463,18 @@ class Account:
         r: dict[str, int] = {key: NEVER for key in _TIME_KEYS}
         r.update({
             "term": R.TERMINALS.index(term), "mode": W.MODE_RAIL if rail else W.MODE_TRUCK,
-            "post": W.POST_NONE, "etype": rng.choices(range(6), R.EQUIPMENT_TYPE_WEIGHTS)[0],
-            "elen": rng.choices(range(4), R.EQUIPMENT_LENGTH_WEIGHTS)[0],
+            "post": W.POST_NONE, "etype": _pick(rng, _ETYPE_CUM),
+            "elen": _pick(rng, _ELEN_CUM),
             "ehigh": 1 if rng.random() < 0.6 else 0,
-            "weight": rng.randint(8000, 52000) if rng.random() < 0.8 else NONE,
-            "seal": rng.randint(10**7, 10**9) if rng.random() < 0.7 else NONE,
+            "weight": _ri(rng, 8000, 52000) if rng.random() < 0.8 else NONE,
+            "seal": _ri(rng, 10**7, 10**9) if rng.random() < 0.7 else NONE,
             "refs": 1 if rng.random() < 0.2 else 0,
             "avail_known": 1 if term.provides_availability else 0,
             "pickup_fac": 1 if (not rail and rng.random() < 0.3) else 0,
             "chassis": 1 if rng.random() < 0.6 else 0,
             "fees_mode": (0 if not term.provides_fees or rng.random() < 0.2
                           else (2 if rng.random() < 0.3 else 1)),
-            "exam_fee": rng.randint(352, 1682), "stale": W.STALE_NO, "tchk": NONE,
+            "exam_fee": _ri(rng, 352, 1682), "stale": W.STALE_NO, "tchk": NONE,
             "h1_kind": NONE, "h1_status": 0, "h2_kind": NONE, "h2_status": 0,
             "refreshed": 0, "ship": 0, "owner": 0, "serial": 0,
         })
@@ -416,12 +482,12 @@ class Account:
             r["ehigh"] = 0
         r["atd"] = 0
         r["ata"] = ata
-        r["loaded"] = -rng.randint(2 * HOUR, 30 * HOUR) // m * m
-        r["full_in"] = r["loaded"] - rng.randint(DAY, 6 * DAY) // m * m
+        r["loaded"] = -_ri(rng, 2 * HOUR, 30 * HOUR) // m * m
+        r["full_in"] = r["loaded"] - _ri(rng, DAY, 6 * DAY) // m * m
         if rng.random() < 0.7:
-            r["empty_out"] = r["full_in"] - rng.randint(DAY, 5 * DAY) // m * m
-        r["discharged"] = ata + rng.randint(3 * HOUR, 40 * HOUR) // m * m
-        r["available"] = r["discharged"] + rng.randint(0, 24 * HOUR) // m * m
+            r["empty_out"] = r["full_in"] - _ri(rng, DAY, 5 * DAY) // m * m
+        r["discharged"] = ata + _ri(rng, 3 * HOUR, 40 * HOUR) // m * m
+        r["available"] = r["discharged"] + _ri(rng, 0, 24 * HOUR) // m * m
         if rng.random() < 0.15:
             r["inv_at"] = ata + 12 * HOUR
         # Holds.
@@ -430,11 +496,11 @@ class Account:
         for slot in (1, 2):
             p = 0.35 if slot == 1 else 0.08
             if force_hold and slot == 1 or rng.random() < p:
-                kind = rng.choices(range(6), R.HOLD_WEIGHTS)[0]
+                kind = _pick(rng, _HOLD_CUM)
                 blocking = 1 if (force_hold or rng.random() < 0.8) else 0
-                on = ata - rng.randint(0, 3 * DAY) // m * m
+                on = ata - _ri(rng, 0, 3 * DAY) // m * m
                 exam = kind in (1, 4)
-                dur = rng.randint(2 * DAY, 7 * DAY) if exam else rng.randint(6 * HOUR, 4 * DAY)
+                dur = _ri(rng, 2 * DAY, 7 * DAY) if exam else _ri(rng, 6 * HOUR, 4 * DAY)
                 off = r["discharged"] + dur // m * m
                 r[f"h{slot}_kind"], r[f"h{slot}_status"] = kind, blocking
                 r[f"h{slot}_on"], r[f"h{slot}_off"] = on, off
@@ -443,34 +509,34 @@ class Account:
         # Leaving the POD.
         if not rail:
             long_dwell = rng.random() < 0.12
-            dwell = (rng.randint(6 * DAY, 14 * DAY) if long_dwell
+            dwell = (_ri(rng, 6 * DAY, 14 * DAY) if long_dwell
                      else int(rng.lognormvariate(0, 0.45) * 2.6 * DAY))
             r["full_out"] = ready + max(dwell, 2 * HOUR) // m * m
             if rng.random() < 0.4:
-                r["appt"] = r["full_out"] - rng.randint(HOUR, 4 * HOUR) // m * m
+                r["appt"] = r["full_out"] - _ri(rng, HOUR, 4 * HOUR) // m * m
             out_at = r["full_out"]
         else:
-            dwell = rng.randint(2 * DAY, 7 * DAY) if rng.random() < 0.7 else rng.randint(
+            dwell = _ri(rng, 2 * DAY, 7 * DAY) if rng.random() < 0.7 else _ri(rng,
                 7 * DAY, 12 * DAY)
             start = max(ready, r["discharged"] + dwell // m * m)
             if target == "off_dock" or rng.random() < 0.15:
                 r["offdock_at"] = start
-                start += rng.randint(12 * HOUR, 3 * DAY) // m * m
+                start += _ri(rng, 12 * HOUR, 3 * DAY) // m * m
             r["rail_loaded"] = start
-            r["rail_departed"] = start + rng.randint(4 * HOUR, 20 * HOUR) // m * m
-            r["ind_ata"] = r["rail_departed"] + rng.randint(3 * DAY, 6 * DAY) // m * m
-            r["rail_unloaded"] = r["ind_ata"] + rng.randint(2 * HOUR, 12 * HOUR) // m * m
-            r["dest_full_out"] = r["rail_unloaded"] + rng.randint(12 * HOUR, 5 * DAY) // m * m
+            r["rail_departed"] = start + _ri(rng, 4 * HOUR, 20 * HOUR) // m * m
+            r["ind_ata"] = r["rail_departed"] + _ri(rng, 3 * DAY, 6 * DAY) // m * m
+            r["rail_unloaded"] = r["ind_ata"] + _ri(rng, 2 * HOUR, 12 * HOUR) // m * m
+            r["dest_full_out"] = r["rail_unloaded"] + _ri(rng, 12 * HOUR, 5 * DAY) // m * m
             out_at = r["dest_full_out"]
-        post = rng.choices((W.POST_NONE, W.POST_DELIVERED, W.POST_DROPPED), (50, 35, 15))[0]
+        post = _pick(rng, _POST_CUM)
         if target == "delivered":
             post = W.POST_DELIVERED
         elif target == "dropped":
             post = W.POST_DROPPED
         r["post"] = post
         if post != W.POST_NONE:
-            r["post_at"] = out_at + rng.randint(2 * HOUR, 30 * HOUR) // m * m
-        r["empty_ret"] = max(out_at, r["post_at"] if post else out_at) + rng.randint(
+            r["post_at"] = out_at + _ri(rng, 2 * HOUR, 30 * HOUR) // m * m
+        r["empty_ret"] = max(out_at, r["post_at"] if post else out_at) + _ri(rng,
             2 * DAY, 12 * DAY) // m * m
         return r
 
@@ -482,11 +548,11 @@ class Account:
         free_days = 4 if west else 5
         lfd1 = W.lfd_after(r["discharged"], free_days, pod_tz)
         if term.provides_lfd:
-            post = r["discharged"] + rng.randint(HOUR, 20 * HOUR) // 60 * 60
+            post = r["discharged"] + _ri(rng, HOUR, 20 * HOUR) // 60 * 60
             if post < exit_at:
                 r["lfd_post"], r["lfd1"] = post, lfd1
                 if rng.random() < 0.25:
-                    chg = post + rng.randint(12 * HOUR, 3 * DAY) // 60 * 60
+                    chg = post + _ri(rng, 12 * HOUR, 3 * DAY) // 60 * 60
                     if chg < exit_at:
                         r["lfd_chg"] = chg
                         r["lfd2"] = W.shift_lfd(lfd1, rng.choice((-1, 1, 2, 3)), pod_tz)

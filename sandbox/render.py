@@ -11,12 +11,19 @@ static and cached. :meth:`Renderer.included` resolves ``include`` paths, dedupli
 from __future__ import annotations
 
 import time
-from functools import lru_cache
 from typing import Any
 
 from sandbox import refdata as R
 from sandbox import world as W
-from sandbox.model import OWNERS, TAGS, Account, derive_uuid, imo_number, iso6346_check_digit
+from sandbox.model import (
+    OWNERS,
+    TAGS,
+    Account,
+    derive_uuid,
+    imo_number,
+    iso6346_check_digit,
+    sub_id,
+)
 from sandbox.world import NEVER, NONE
 
 Resource = dict[str, Any]
@@ -31,10 +38,18 @@ _PORT_BY_CODE = {p.code: p for p in _ALL_PORTS}
 _CHASSIS = ("APMZ", "TRAC", "DCLZ", "FLXZ", "MCCZ")
 
 
-@lru_cache(maxsize=1 << 17)
+_TIMES: tuple[str, ...] = tuple(
+    f"T{h:02d}:{m:02d}:{sec:02d}Z" for h in range(24) for m in range(60) for sec in range(60))
+_DAYS: dict[int, str] = {}
+
+
 def iso(ts: int) -> str:
-    """Epoch seconds -> ``YYYY-MM-DDTHH:MM:SSZ``."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    """Epoch seconds -> ``YYYY-MM-DDTHH:MM:SSZ`` (day strings cached, time-of-day tabled)."""
+    d, sec = divmod(ts, 86400)
+    day = _DAYS.get(d)
+    if day is None:
+        day = _DAYS[d] = time.strftime("%Y-%m-%d", time.gmtime(d * 86400))
+    return day + _TIMES[sec]
 
 
 def _ident(rid: str, rtype: str) -> dict[str, str]:
@@ -89,8 +104,7 @@ class Renderer:
             "id": rid, "type": "rail_terminal",
             "attributes": {"id": rid, "name": t.name, "nickname": t.nickname,
                            "firms_code": t.firms_code, "facility_type": "rail_terminal"},
-            "relationships": {"port": {"data": _ident(self.port_ids[t.port], "port")},
-                              "metro_area": {"data": None}},
+            "relationships": {"port": {"data": _ident(self.port_ids[t.port], "port")}},
         }
 
     def _port(self, p: R.Port) -> Resource:
@@ -177,7 +191,6 @@ class Renderer:
         rail_scacs = R.INLAND_RAIL[dest] if rail else (None, None)
         evs = W.events(c, t, pod_tz, ind_tz)
         cid = a.container_ids[i]
-        seed = a.seed
         post_visible = c["post"] == W.POST_DELIVERED and t >= c["post_at"]
         return {
             "id": cid,
@@ -244,10 +257,10 @@ class Renderer:
                                     if c["pickup_fac"] else None},
                 "pod_terminal": {"data": _ident(self.terminal_ids[term], "terminal")},
                 "transport_events": {"data": [
-                    _ident(derive_uuid(seed, "event", f"{i}:{e.slot}"), "transport_event")
+                    _ident(sub_id(cid, e.slot), "transport_event")
                     for e in evs]},
                 "raw_events": {"data": [
-                    _ident(derive_uuid(seed, "raw_event", f"{i}:{e.slot}"), "raw_event")
+                    _ident(sub_id(cid, 1000 + e.slot), "raw_event")
                     for e in evs]},
             },
         }
@@ -285,7 +298,7 @@ class Renderer:
             else:
                 terminal = None
             out.append({
-                "id": derive_uuid(seed, "event", f"{i}:{e.slot}"),
+                "id": sub_id(cid, e.slot),
                 "type": "transport_event",
                 "attributes": {
                     "event": e.name,
@@ -303,9 +316,9 @@ class Renderer:
                     "container": {"data": _ident(cid, "container")},
                     "vessel": {"data": _ident(vessel_id, "vessel") if vessel_event else None},
                     "source_event": {"data": _ident(
-                        derive_uuid(seed, "raw_event", f"{i}:{e.slot}"), "raw_event")},
+                        sub_id(cid, 1000 + e.slot), "raw_event")},
                     "previous_version": {"data": _ident(
-                        derive_uuid(seed, "event", f"{i}:{e.previous_slot}"), "transport_event")
+                        sub_id(cid, e.previous_slot), "transport_event")
                         if e.previous_slot != NONE else None},
                     "location": {"data": _ident(self.port_ids[code], "port")},
                     "terminal": {"data": terminal},
@@ -335,7 +348,7 @@ class Renderer:
         vessel = f"{carrier.vessel_prefix} {word}" if carrier.vessel_prefix else f"{word} EXPRESS"
         atd, ata = s["atd"], s["ata"]
         first = s["first"]
-        dest_ata = a.containers.cols["ind_ata"][first] if dest else NEVER
+        dest_ata = a.containers.get(first, "ind_ata") if dest else NEVER
         stopped = s["stop_at"] <= t
         attempted = max(min(t, s["stop_at"]) - (k * 337) % 3600, s["created"])
         succeeded = attempted - (0 if k % 7 else 6 * W.HOUR)
@@ -421,13 +434,13 @@ class Renderer:
         for kind, idx in primary:
             if kind == "container":
                 c = a.containers
-                term = c.cols["term"][idx]
-                ship = c.cols["ship"][idx]
+                term = c.get(idx, "term")
+                ship = c.get(idx, "ship")
                 for inc in includes:
                     if inc == "shipment":
                         put(("shipment", a.shipment_ids[ship]), lambda s=ship: self.shipment(s))
                     elif inc == "pod_terminal" or (inc == "pickup_facility"
-                                                   and c.cols["pickup_fac"][idx]):
+                                                   and c.get(idx, "pickup_fac")):
                         put(("terminal", self.terminal_ids[term]),
                             lambda k=term: self._terminals[k])
                     elif inc == "transport_events":
@@ -473,7 +486,7 @@ class Renderer:
                 elif inc == "container":
                     out.setdefault(("container", self.a.container_ids[i]), self.container(i))
                 elif inc == "shipment":
-                    ship = self.a.containers.cols["ship"][i]
+                    ship = self.a.containers.get(i, "ship")
                     out.setdefault(("shipment", self.a.shipment_ids[ship]), self.shipment(ship))
         return list(out.values())
 
