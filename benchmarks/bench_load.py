@@ -73,7 +73,9 @@ def bare_download(base_url: str, key: str) -> tuple[float, int, int]:
 def run_loader(base_url: str, key: str, db: Path, rate: float) -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", LOADER, base_url, key, str(db), str(rate)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if proc.returncode != 0:
         raise SystemExit(f"loader failed:\n{proc.stderr[-3000:]}")
@@ -123,8 +125,12 @@ def bench_rate_limited(n: int, limit: int = 100) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[20_000, 100_000])
-    parser.add_argument("--rate-limited", type=int, default=25_000,
-                        help="account size for the 100 req/min run (0 to skip)")
+    parser.add_argument(
+        "--rate-limited",
+        type=int,
+        default=25_000,
+        help="account size for the 100 req/min run (0 to skip)",
+    )
     args = parser.parse_args()
     rows = []
     for n in args.sizes:
@@ -139,8 +145,10 @@ def main() -> None:
         )
     if len(rows) >= 2:
         growth = rows[-1]["peak_rss_mb"] / rows[0]["peak_rss_mb"]
-        print(f"peak RSS growth {rows[0]['containers']} -> {rows[-1]['containers']}: "
-              f"{growth:.2f}x (target: flat, ~1x)")
+        print(
+            f"peak RSS growth {rows[0]['containers']} -> {rows[-1]['containers']}: "
+            f"{growth:.2f}x (target: flat, ~1x)"
+        )
     if args.rate_limited:
         r = bench_rate_limited(args.rate_limited)
         print(
@@ -148,7 +156,8 @@ def main() -> None:
             f"{r['minutes']:.2f} min, budget used {r['budget_used']:.1%} (target >= 90%), "
             f"429s {r['n_429']} = {r['share_429']:.2%} (target < 1%)"
         )
-    print(f"benchmark process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024:.0f} MB")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"benchmark process peak RSS {peak:.0f} MB")
 
 
 if __name__ == "__main__":

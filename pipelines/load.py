@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import dlt
 import httpx
@@ -80,6 +81,7 @@ def run_load(
     include_shipments_list: bool = True,
     max_attempts: int = t49.MAX_ATTEMPTS,
     backoff_base_s: float = t49.BACKOFF_BASE_S,
+    lock_retry_seconds: float = 30.0,
 ) -> LoadSummary:
     """Scan the account and merge it into the warehouse. Raises ConfigError or LoadFailed."""
     api = api or ApiSettings.resolve()
@@ -116,18 +118,16 @@ def run_load(
             # Extract first, completely: only a finished, reconciled scan reaches the warehouse.
             pipeline.extract(source)
             summary.extract_seconds = time.monotonic() - started
-            pipeline.normalize()
-            info = pipeline.load()
+            normalized = pipeline.normalize()
         except PipelineStepFailed as exc:
             cause = _root_cause(exc)
-            if exc.step == "extract":
-                pipeline.drop_pending_packages()  # a partial scan must never be loaded later
+            pipeline.abort_packages()  # a partial scan must never be loaded later
             raise LoadFailed(_describe(cause, exc.step)) from cause
-        summary.load_id = info.loads_ids[-1] if info.loads_ids else None
-        trace = pipeline.last_trace
-        counts = trace.last_normalize_info.row_counts if trace and trace.last_normalize_info else {}
+        counts = normalized.row_counts if normalized else {}
         summary.rows = {t: int(counts.get(t, 0)) for t in TABLES}
-        apply_comments(pipeline)
+        info = _load_step(pipeline, path, lock_retry_seconds)
+        summary.load_id = info.loads_ids[-1] if info.loads_ids else None
+        with_lock_retry(lambda: apply_comments(pipeline), path, lock_retry_seconds)
     finally:
         client.close()
     summary.requests = client.stats.requests
@@ -137,6 +137,47 @@ def run_load(
     summary.reconcile_pages = sum(s.reconcile_pages for s in pages.values())
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def _load_step(pipeline: dlt.Pipeline, path: Path, lock_retry_seconds: float) -> Any:
+    """Write the normalised package; while a reader holds the file, wait and try again.
+
+    A package that could not be written stays pending in the pipeline folder; the next load
+    writes it first, so nothing that was scanned is lost.
+    """
+    deadline = time.monotonic() + lock_retry_seconds
+    while True:
+        try:
+            return pipeline.load()
+        except PipelineStepFailed as exc:
+            cause = _root_cause(exc)
+            if _is_lock_error(cause) and time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            if _is_lock_error(cause):
+                raise LoadFailed(
+                    f"the warehouse {path} stayed locked by another process (a notebook or "
+                    f"another load) for {lock_retry_seconds:.0f}s; the scanned data is kept "
+                    "and will be written by the next load"
+                ) from cause
+            raise LoadFailed(_describe(cause, exc.step)) from cause
+
+
+def with_lock_retry(fn: Callable[[], Any], path: Path, lock_retry_seconds: float) -> Any:
+    """Run ``fn`` (which writes the warehouse), retrying while the file is locked."""
+    deadline = time.monotonic() + lock_retry_seconds
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            if not _is_lock_error(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    text = str(exc)
+    return "Could not set lock" in text or "Conflicting lock" in text
 
 
 def _root_cause(exc: BaseException) -> BaseException:

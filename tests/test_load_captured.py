@@ -30,10 +30,18 @@ def _page(data: list[Any], included: list[Any], kind: str) -> bytes:
 def _serve(container_doc: dict[str, Any], shipment_doc: dict[str, Any]):
     def handler(path: str, query: dict[str, str], headers: dict[str, str]):
         if headers.get("Authorization") != f"Token {KEY}":
-            return 401, {"Content-Type": "application/vnd.api+json"}, b'{"errors":[{"status":"401","title":"Unauthorized"}]}'
+            return (
+                401,
+                {"Content-Type": "application/vnd.api+json"},
+                b'{"errors":[{"status":"401","title":"Unauthorized"}]}',
+            )
         ctype = {"Content-Type": "application/vnd.api+json"}
         if path == "/v2/containers":
-            return 200, ctype, _page([container_doc["data"]], container_doc["included"], "containers")
+            return (
+                200,
+                ctype,
+                _page([container_doc["data"]], container_doc["included"], "containers"),
+            )
         if path == "/v2/shipments":
             ship = shipment_doc["data"]
             inc = [r for r in shipment_doc["included"] if r["type"] != "container"]
@@ -99,8 +107,12 @@ def test_captured_responses_land_with_every_field(loopback, tmp_path: Path) -> N
     terminal = con.execute(
         "SELECT name, firms_code, port_id, attr_id FROM terminal49.terminals WHERE id='terminal-1'"
     ).fetchall()
-    assert terminal == [("Wando Welch Terminal", "N598", "port-2", "a59b3bd1-d497-4a48-bfb6-5cf2c4824a60")]
-    ports = con.execute("SELECT code, latitude, time_zone FROM terminal49.ports ORDER BY code").fetchall()
+    assert terminal == [
+        ("Wando Welch Terminal", "N598", "port-2", "a59b3bd1-d497-4a48-bfb6-5cf2c4824a60")
+    ]
+    ports = con.execute(
+        "SELECT code, latitude, time_zone FROM terminal49.ports ORDER BY code"
+    ).fetchall()
     assert ("USCHS", pytest.approx(32.831492181), "America/New_York") in ports
     con.close()
 
@@ -139,7 +151,9 @@ def test_new_attribute_becomes_a_column_and_holds_follow_upstream(loopback, tmp_
         holds = con.execute("SELECT name, status FROM terminal49.container_holds").fetchall()
         assert holds == [("freight", "hold")]
         assert con.execute("SELECT count(*) FROM terminal49.container_fees").fetchall() == [(0,)]
-        new = con.execute("SELECT berth_window_at, gate_stats FROM terminal49.containers").fetchall()
+        new = con.execute(
+            "SELECT berth_window_at, gate_stats FROM terminal49.containers"
+        ).fetchall()
         assert new == [("2026-01-02T03:04:05Z", '{"moves":3}')]
         assert con.execute("SELECT count(*) FROM terminal49.containers").fetchall() == [(1,)]
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,7 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _api(sb: Any, **kw: Any) -> ApiSettings:
-    return ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=kw.get("rate", 100_000))
+    return ApiSettings(
+        base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=kw.get("rate", 100_000)
+    )
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple[Any, ...]]:
@@ -155,13 +155,21 @@ def test_tables_types_and_ground_truth(sandbox: Any, tmp_path: Path) -> None:
 def _dump(db: Path) -> dict[str, list[tuple[Any, ...]]]:
     con = duckdb.connect(str(db), read_only=True)
     out = {}
-    for table in ("containers", "shipments", "container_holds", "container_fees", "terminals", "ports"):
+    for table in (
+        "containers",
+        "shipments",
+        "container_holds",
+        "container_fees",
+        "terminals",
+        "ports",
+    ):
         cols = [
             r[0]
             for r in _rows(
                 con,
                 f"SELECT column_name FROM duckdb_columns() WHERE schema_name='terminal49' "
-                f"AND table_name='{table}' AND column_name NOT IN ('fetched_at', '_dlt_load_id', '_dlt_id')",
+                f"AND table_name='{table}' "
+                "AND column_name NOT IN ('fetched_at', '_dlt_load_id', '_dlt_id')",
             )
         ]
         out[table] = sorted(
@@ -205,7 +213,10 @@ def test_world_moves_cleared_holds_disappear() -> None:
             cleared = holds_before - holds_after
             assert cleared, "the sandbox cleared no hold in 72 h: the test proves nothing"
             con = duckdb.connect(str(db), read_only=True)
-            rows = {tuple(r) for r in _rows(con, "SELECT container_id, name FROM terminal49.container_holds")}
+            rows = {
+                tuple(r)
+                for r in _rows(con, "SELECT container_id, name FROM terminal49.container_holds")
+            }
             con.close()
             assert not (cleared & rows)
 
@@ -254,11 +265,20 @@ def test_killed_load_leaves_old_data_and_next_load_completes(tmp_path: Path) -> 
     with SandboxProcess(containers=2000, seed=3, clock=CLOCK, rate_limit=600) as sb:
         db = tmp_path / "w.duckdb"
         run_load(db, _api(sb, rate=100_000))
-        old = _rows(duckdb.connect(str(db), read_only=True), "SELECT count(*) FROM terminal49.containers")
+        with duckdb.connect(str(db), read_only=True) as con:
+            old = _rows(con, "SELECT count(*) FROM terminal49.containers")
         sb.advance(hours=24)
-        env = {"TERMINAL49_API_KEY": sb.api_key, "TERMINAL49_RATE_LIMIT": "300"}
+        sb.reset_stats()
+        # 8 requests a minute: the first 8 pages come at once, then the loader waits, mid-scan.
+        env = {"TERMINAL49_API_KEY": sb.api_key, "TERMINAL49_RATE_LIMIT": "8"}
         proc = _cli("load", "--duckdb", str(db), "--base-url", sb.base_url, env=env)
-        time.sleep(6)  # 300 req/min: ~25 of ~40 pages fetched, nothing written yet
+        deadline = time.monotonic() + 60
+        while sb.stats()["requests"] < 8 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+        assert proc.poll() is None, (
+            f"the load ended before it could be killed: {proc.stderr.read()}"
+        )
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         con = duckdb.connect(str(db), read_only=True)
@@ -268,7 +288,9 @@ def test_killed_load_leaves_old_data_and_next_load_completes(tmp_path: Path) -> 
         assert_equals_ground_truth(db, sb.ground_truth())
 
 
-def test_key_never_appears_in_logs_or_files(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_key_never_appears_in_logs_or_files(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     key = "sekret-7d1f0c9e5b"
     caplog.set_level("DEBUG")
     with SandboxProcess(containers=200, seed=2, clock=CLOCK, api_key=key, faults="5xx=0.1") as sb:
@@ -291,7 +313,11 @@ def test_key_never_appears_in_logs_or_files(tmp_path: Path, caplog: pytest.LogCa
 def test_wrong_or_missing_key_is_one_clear_line(tmp_path: Path) -> None:
     with SandboxProcess(containers=50, seed=1, clock=CLOCK) as sb:
         proc = _cli(
-            "load", "--duckdb", str(tmp_path / "w.duckdb"), "--base-url", sb.base_url,
+            "load",
+            "--duckdb",
+            str(tmp_path / "w.duckdb"),
+            "--base-url",
+            sb.base_url,
             env={"TERMINAL49_API_KEY": "wrong"},
         )
         out, err = proc.communicate(timeout=60)
@@ -307,7 +333,9 @@ def test_wrong_or_missing_key_is_one_clear_line(tmp_path: Path) -> None:
         run_load(tmp_path / "x.duckdb", ApiSettings(base_url="http://127.0.0.1:9/v2"))
 
 
-def test_unreachable_api_fails_cleanly_and_keeps_the_warehouse(sandbox: Any, tmp_path: Path) -> None:
+def test_unreachable_api_fails_cleanly_and_keeps_the_warehouse(
+    sandbox: Any, tmp_path: Path
+) -> None:
     db = tmp_path / "w.duckdb"
     run_load(db, _api(sandbox))
     before = _dump(db)
@@ -317,3 +345,38 @@ def test_unreachable_api_fails_cleanly_and_keeps_the_warehouse(sandbox: Any, tmp
     assert _dump(db) == before
     run_load(db, _api(sandbox))
     assert _dump(db) == before
+
+
+def _hold_read_lock(db: Path, seconds: float) -> subprocess.Popen[str]:
+    """Another process (a notebook, say) holding a read-only connection for a while."""
+    code = (
+        "import duckdb, sys, time; c = duckdb.connect(sys.argv[1], read_only=True); "
+        "print('locked', flush=True); time.sleep(float(sys.argv[2]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(db), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_locked_warehouse_is_retried_then_reported(sandbox: Any, tmp_path: Path) -> None:
+    db = tmp_path / "w.duckdb"
+    run_load(db, _api(sandbox))
+    before = _dump(db)
+    # A reader that goes away within the retry window: the load waits, then completes.
+    reader = _hold_read_lock(db, 3)
+    summary = run_load(db, _api(sandbox), lock_retry_seconds=30)
+    reader.wait()
+    assert summary.rows["containers"] > 0
+    # A reader that stays: a plain message, and the warehouse is as it was.
+    reader = _hold_read_lock(db, 30)
+    try:
+        with pytest.raises(LoadFailed, match="stayed locked by another process"):
+            run_load(db, _api(sandbox), lock_retry_seconds=2)
+    finally:
+        reader.kill()
+        reader.wait()
+    assert _dump(db) == before
+    run_load(db, _api(sandbox))
+    assert_equals_ground_truth(db, sandbox.ground_truth())

@@ -72,12 +72,14 @@ def terminal49_source(
         "columns": {"_deleted": {"hard_delete": True, "data_type": "bool"}},
     }
 
-    @dlt.transformer(name="container_holds", primary_key=("container_id", "name"), **child_hints)
+    @dlt.transformer(
+        name="container_holds", primary_key=("container_id", "position"), **child_hints
+    )
     def container_holds(page: Page) -> Iterator[pa.Table]:
         if page.kind == "containers" and page.data:
             yield flatten.holds_table(page.data)
 
-    @dlt.transformer(name="container_fees", primary_key=("container_id", "type"), **child_hints)
+    @dlt.transformer(name="container_fees", primary_key=("container_id", "position"), **child_hints)
     def container_fees(page: Page) -> Iterator[pa.Table]:
         if page.kind == "containers" and page.data:
             yield flatten.fees_table(page.data)

@@ -13,10 +13,10 @@ TABLE_COMMENTS = {
     "encoded as local midnight in UTC; see pod_timezone / final_destination_timezone.",
     "shipments": "One row per shipment (bill of lading), from /shipments and from containers' "
     "included shipments, merged on id.",
-    "container_holds": "Current holds at the port terminal, one row per (container, hold name). "
-    "A cleared hold has no row. status: hold blocks pickup, pending is a warning.",
-    "container_fees": "Fees reported by the port terminal, one row per (container, fee type). "
-    "The 'total' row repeats the sum of the others: drop it before summing.",
+    "container_holds": "Current holds at the port terminal, one row per (container, position "
+    "in the list). A cleared hold has no row. status: hold blocks pickup, pending is a warning.",
+    "container_fees": "Fees reported by the port terminal, one row per (container, position "
+    "in the list). The 'total' row repeats the sum of the others: drop it before summing.",
     "terminals": "Port and rail terminals referenced by containers and shipments.",
     "ports": "Ports (UN/LOCODE) and metro areas referenced by shipments.",
 }

@@ -154,56 +154,58 @@ def containers_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa
 def _child_table(
     records: Sequence[Resource],
     array_name: str,
-    key: str,
     columns: Sequence[str],
     types: Mapping[str, pa.DataType],
 ) -> pa.Table:
-    """Rows of an array attribute keyed by (container_id, key).
+    """Rows of an array attribute keyed by (container_id, position in the array).
 
-    A container whose array is empty or null gets one tombstone row (``_deleted`` true, key "")
-    so that the merge removes its previous rows: a hold that clears upstream disappears here.
+    Items are kept as the API sends them, repeats included (two ``other`` holds may differ only
+    in their description). A container whose array is empty or null gets one tombstone row
+    (``_deleted`` true, position -1) so that the merge, which replaces all rows of every
+    container it sees, removes its previous rows: a hold that clears upstream disappears here.
     """
-    rows: dict[str, list[Any]] = {c: [] for c in ("container_id", *columns, "_deleted")}
+    rows: dict[str, list[Any]] = {c: [] for c in ("container_id", "position", *columns, "_deleted")}
     for r in records:
-        items = (r.get("attributes") or {}).get(array_name) or []
-        seen: set[str] = set()
-        for item in items:
-            if not isinstance(item, dict) or not item.get(key) or item[key] in seen:
-                continue  # the key is the row's identity: a nameless or repeated item is noise
-            seen.add(item[key])
+        items = [
+            i for i in (r.get("attributes") or {}).get(array_name) or [] if isinstance(i, dict)
+        ]
+        for position, item in enumerate(items):
             rows["container_id"].append(str(r["id"]))
+            rows["position"].append(position)
             for c in columns:
                 rows[c].append(item.get(c))
             rows["_deleted"].append(False)
-        if not seen:
+        if not items:
             rows["container_id"].append(str(r["id"]))
+            rows["position"].append(-1)
             for c in columns:
-                rows[c].append("" if c == key else None)
+                rows[c].append(None)
             rows["_deleted"].append(True)
     fields = [
         pa.field("container_id", pa.string(), nullable=False),
-        *[pa.field(c, types.get(c, pa.string()), nullable=c != key) for c in columns],
+        pa.field("position", pa.int64(), nullable=False),
+        *[pa.field(c, types.get(c, pa.string())) for c in columns],
         pa.field("_deleted", pa.bool_()),
     ]
     arrays = []
-    for f in fields:
+    for i, f in enumerate(fields):
         try:
             arrays.append(pa.array(rows[f.name], f.type))
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             arrays.append(pa.array([_json_text(v) for v in rows[f.name]], pa.string()))
-            f = f.with_type(pa.string())
-    return pa.Table.from_arrays(arrays, names=[f.name for f in fields])
+            fields[i] = f.with_type(pa.string())
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def holds_table(records: Sequence[Resource]) -> pa.Table:
-    """``holds_at_pod_terminal`` as rows (container_id, name, status, description)."""
-    return _child_table(records, "holds_at_pod_terminal", "name", settings.HOLD_COLUMNS, {})
+    """``holds_at_pod_terminal`` as rows (container_id, position, name, status, description)."""
+    return _child_table(records, "holds_at_pod_terminal", settings.HOLD_COLUMNS, {})
 
 
 def fees_table(records: Sequence[Resource]) -> pa.Table:
-    """``fees_at_pod_terminal`` as rows (container_id, type, amount, currency_code)."""
+    """``fees_at_pod_terminal`` as rows (container_id, position, type, amount, currency_code)."""
     return _child_table(
-        records, "fees_at_pod_terminal", "type", settings.FEE_COLUMNS, {"amount": pa.float64()}
+        records, "fees_at_pod_terminal", settings.FEE_COLUMNS, {"amount": pa.float64()}
     )
 
 
