@@ -8,6 +8,7 @@ code 2.
 
 from __future__ import annotations
 
+import gc
 import socket
 import sys
 from datetime import UTC, datetime
@@ -73,6 +74,9 @@ def serve(
     from sandbox.model import Account
 
     account = Account.generate(containers, seed, clock_ts)
+    # The account is long-lived: keep the cyclic GC from re-scanning it on every collection.
+    gc.collect()
+    gc.freeze()
     state = SandboxState(account=account, api_key=api_key, rate_limit=rate_limit, faults=spec,
                          advance_every=advance_every,
                          advance_step=round(advance_step_hours * 3600))

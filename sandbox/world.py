@@ -17,7 +17,7 @@ Rows are plain ``dict[str, int]`` built by :meth:`sandbox.model.Account.crow` (c
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import NamedTuple
 from zoneinfo import ZoneInfo
@@ -342,10 +342,14 @@ def events(c: Row, t: int, pod_tz: str, ind_tz: str | None) -> list[Event]:
             continue
         val = pickup_lfd(c, when)
         if val != prev_val and val < NEVER:
-            tz = ind_tz if (val == c["lfd_rail"] and c["lfd_rail"] != c["lfd_line"]
-                            and c["lfd_rail"] != c["lfd1"] and ind_tz) else pod_tz
+            # An LFD is local midnight of a US zone (UTC-4..-10): its UTC date is the local date.
             add(slot, "container.pickup_lfd.changed", when, "pod",
-                value=local_date(val, tz).isoformat())
+                value=_utc_date(val))
             prev_val = val
         slot += 1
     return out
+
+
+def _utc_date(ts: int) -> str:
+    """``YYYY-MM-DD`` of instant ``ts`` in UTC."""
+    return datetime.fromtimestamp(ts, UTC).date().isoformat()
