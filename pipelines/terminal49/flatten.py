@@ -237,10 +237,17 @@ def ports_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Tabl
     return _table(records, _attribute_columns(records, settings.PORT_ATTRIBUTES), fetched_at)
 
 
-def of_types(resources: Iterable[Resource], types: Iterable[str]) -> list[Resource]:
-    """The resources whose ``type`` is one of ``types``, first occurrence of each id kept."""
+def of_types(
+    resources: Iterable[Resource],
+    types: Iterable[str],
+    seen: set[tuple[str, str]] | None = None,
+) -> list[Resource]:
+    """The resources whose ``type`` is one of ``types``, first occurrence of each id kept.
+
+    ``seen`` carries (type, id) pairs across calls; it is updated with what is returned.
+    """
     wanted = set(types)
-    seen: set[tuple[str, str]] = set()
+    seen = set() if seen is None else seen
     out: list[Resource] = []
     for r in resources:
         t = r.get("type")

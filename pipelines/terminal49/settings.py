@@ -10,6 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 PAGE_SIZE = 100  # the API silently caps page[size] at 100
+BATCH_RECORDS = 5_000  # records flattened before handing dlt one item per table
 CONTAINERS_PATH = "/containers"
 SHIPMENTS_PATH = "/shipments"
 CONTAINER_INCLUDE = "shipment,pod_terminal,pickup_facility"
