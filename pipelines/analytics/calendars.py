@@ -158,6 +158,25 @@ def _zone_offsets(zone: str) -> pl.Series:
     return off.cast(pl.Int32)
 
 
+@functools.lru_cache(maxsize=256)
+def _zone_days(zone: str) -> pl.Series | None:
+    """Local date (days since the epoch) of every UTC hour of the window in ``zone``.
+
+    None if the zone ever has an offset that is not a whole number of hours in the window: then
+    the local date can change inside a UTC hour and an hourly table cannot hold it.
+    """
+    off = _zone_offsets(zone)
+    if (off % 3600 != 0).any():
+        return None
+    hours = pl.int_range(_START_HOUR, _START_HOUR + _N_HOURS, dtype=pl.Int64, eager=True)
+    return ((hours * 3600 + off) // 86400).cast(pl.Int32)
+
+
+#: First UTC instant (microseconds since the epoch) after the hourly tables' window.
+WINDOW_END_US = (_START_HOUR + _N_HOURS) * 3_600_000_000
+WINDOW_START_US = _START_HOUR * 3_600_000_000
+
+
 class ZoneTable:
     """Local calendar dates of UTC instants for a per-row IANA zone.
 
@@ -170,6 +189,12 @@ class ZoneTable:
         self.zones = names
         self.index = {z: i for i, z in enumerate(names)}
         self.offsets = pl.concat([_zone_offsets(z) for z in names])
+        days = [_zone_days(z) for z in names]
+        #: local date per (zone, UTC hour) when every zone has whole-hour offsets, else None
+        self.days: pl.Series | None = (
+            None if any(d is None for d in days)
+            else pl.concat([d for d in days if d is not None]).rechunk()
+        )
 
     def zone_index(self, zone: pl.Expr) -> pl.Expr:
         """Int32 index of a zone-name expression (UTC = 0 when NULL or unknown)."""
@@ -181,6 +206,19 @@ class ZoneTable:
         hour = (secs // 3600 - _START_HOUR).clip(0, _N_HOURS - 1).cast(pl.Int32)
         off = pl.lit(self.offsets).gather(zone_idx * _N_HOURS + hour)
         return ((secs + off) // 86400).cast(pl.Int32).cast(pl.Date)
+
+    def local_date_hourly(self, ts: pl.Expr, zone_idx: pl.Expr) -> pl.Expr:
+        """:meth:`local_date` by one gather from the hourly date table (requires ``days``).
+
+        Only for instants inside the window (``WINDOW_START_US <= us < WINDOW_END_US``), which
+        the caller checks; within it the result equals :meth:`local_date` exactly, because with
+        whole-hour offsets the local date cannot change inside a UTC hour.
+        """
+        if self.days is None:
+            raise ValueError("some zone has a non-whole-hour offset; use local_date")
+        idx = ts.to_physical() // 3_600_000_000 + (zone_idx.cast(pl.Int64) * _N_HOURS
+                                                   - _START_HOUR)
+        return pl.lit(self.days).gather(idx).cast(pl.Date)
 
     def today(self, as_of: datetime) -> dict[int, date]:
         """Local date at ``as_of`` for each zone index."""

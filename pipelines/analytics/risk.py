@@ -26,14 +26,25 @@ collecting the distinct zone names (a few values) before building the plan.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import polars as pl
+from polars._typing import PolarsDataType as PolarsDType
 
-from pipelines.analytics.calendars import ZoneTable, working_calendar
-from pipelines.analytics.tariffs import match_tariffs, tier_cost
+from pipelines.analytics.calendars import (
+    _EPOCH,
+    _N_DAYS,
+    _START_DAY,
+    WINDOW_END_US,
+    WINDOW_START_US,
+    WorkingCalendar,
+    ZoneTable,
+    working_calendar,
+)
+from pipelines.analytics.tariffs import match_tariffs
 
 LEVELS = ("overdue", "due_today", "imminent", "watch", "ok", "unknown", "done")
 AT_RISK_LEVELS = ("overdue", "due_today", "imminent")
@@ -119,18 +130,6 @@ def conform(lf: pl.LazyFrame | None, table: str) -> pl.LazyFrame:
     return lf.select(exprs)
 
 
-def _distinct_zones(fr: WarehouseFrames) -> list[str | None]:
-    """The few distinct IANA names in the zone columns (the one eager step)."""
-    parts = [
-        fr.containers.select(pl.col(c).unique().alias("z"))
-        for c in ("pod_timezone", "final_destination_timezone", "empty_terminated_timezone")
-    ] + [
-        fr.shipments.select(pl.col(c).unique().alias("z"))
-        for c in ("pod_timezone", "destination_timezone")
-    ]
-    return pl.concat(parts).unique().collect()["z"].to_list()
-
-
 def _days(a: pl.Expr, b: pl.Expr) -> pl.Expr:
     """``a - b`` in whole days for two Date expressions."""
     return a.cast(pl.Int32) - b.cast(pl.Int32)
@@ -138,6 +137,290 @@ def _days(a: pl.Expr, b: pl.Expr) -> pl.Expr:
 
 def _s(expr: pl.Expr) -> pl.Expr:
     return expr.cast(pl.String)
+
+
+def _gather(values: Sequence[object] | pl.Series, idx: pl.Expr, dtype: PolarsDType) -> pl.Expr:
+    """``values[idx]`` per row (NULL index -> NULL): a gather from a small literal Series."""
+    s = values if isinstance(values, pl.Series) else pl.Series(list(values), dtype=dtype)
+    if s.len() == 0:
+        return pl.lit(None, dtype=dtype)
+    return pl.lit(s.cast(dtype)).gather(idx)
+
+
+def _codes(names: Sequence[str]) -> Callable[[pl.Expr], pl.Expr]:
+    """Position of a String expression's value in ``names`` (UInt32; NULL if NULL or absent)."""
+    if not names:
+        return lambda e: pl.lit(None, dtype=pl.UInt32)
+    enum = pl.Enum(list(names))
+    return lambda e: e.cast(enum, strict=False).to_physical()
+
+
+# --- eager preparation: the small tables the row-level plan gathers from --------------------
+
+
+def _when_txt(d: pl.Expr) -> pl.Expr:
+    """The "LFD in 3 days" phrase for a days-to-LFD expression."""
+    return (
+        pl.when(d < -1).then(pl.concat_str(pl.lit("LFD passed "), _s(-d), pl.lit(" days ago")))
+        .when(d == -1).then(pl.lit("LFD was yesterday"))
+        .when(d == 0).then(pl.lit("LFD today"))
+        .when(d == 1).then(pl.lit("LFD tomorrow"))
+        .otherwise(pl.concat_str(pl.lit("LFD in "), _s(d), pl.lit(" days")))
+    )
+
+
+def _date_strings(lo: int, hi: int) -> pl.Series:
+    """ISO strings of the dates ``lo..hi`` (days since the epoch), formatted by polars."""
+    return pl.int_range(lo, hi + 1, dtype=pl.Int32, eager=True).cast(pl.Date).cast(pl.String)
+
+
+#: Largest phrase table the fast ``risk_reason`` path builds; wider data ranges (e.g. a stray
+#: year-1900 timestamp) take the generic string-building path instead.
+MAX_PHRASE_TABLE = 200_000
+#: Local dates by one gather from the hourly table when every instant is inside its window.
+HOURLY_DATES = True
+#: Largest per-charge (tariff rows x days) cost table; beyond it costs use the tier formula.
+MAX_COST_TABLE = 500_000
+
+
+@dataclass
+class _Charge:
+    """One charge's tariff rows as arrays, and ``key code -> row`` for every possible key."""
+
+    row_of_key: pl.Series  # UInt32 row per key code (NULL: no tariff)
+    line: pl.Series
+    free_days: pl.Series
+    working: pl.Series
+    currency: pl.Series
+    free_min: int | None
+    free_max: int | None
+    # tier_cost(days) for days <= last_start: table[offset + days]; above it:
+    # prefix + (days - last_start + 1) * last_rate (exactly tier_cost's float operations).
+    table: pl.Series
+    offset: pl.Series
+    last_start: pl.Series
+    prefix: pl.Series
+    last_rate: pl.Series
+    #: when set: ``costs[row * width + days]`` for every row and 0 <= days < width
+    width: int = 0
+    costs: pl.Series | None = None
+
+    def at(self, s: pl.Series, idx: pl.Expr) -> pl.Expr:
+        return _gather(s, idx, s.dtype)
+
+    def use_width(self, width: int) -> None:
+        """Tabulate the cost of 0..width-1 days for every row (if the table stays small)."""
+        n = self.line.len()
+        if n == 0 or width * n > MAX_COST_TABLE:
+            return
+        tab, offs = self.table.to_list(), self.offset.to_list()
+        starts, prefixes = self.last_start.to_list(), self.prefix.to_list()
+        rates = self.last_rate.to_list()
+        out: list[float | None] = []
+        for o, st, pre, rate in zip(offs, starts, prefixes, rates, strict=True):
+            if o is None:
+                out += [None] * width
+                continue
+            # the same float operations as the formula branch of cost()
+            out += [tab[o + d] if d <= st else pre + float(d - st + 1) * rate
+                    for d in range(width)]
+        self.width, self.costs = width, pl.Series(out, dtype=pl.Float64)
+
+    def cost(self, days: pl.Expr, idx: pl.Expr) -> pl.Expr:
+        """:func:`tier_cost` of ``days`` (>= 0) under tariff row ``idx``, by table lookup.
+
+        With :meth:`use_width`, ``days`` must be below the width (the caller's bounds).
+        """
+        if self.table.len() == 0:
+            return pl.lit(None, dtype=pl.Float64)
+        if self.costs is not None:
+            return pl.lit(self.costs).gather(idx.cast(pl.Int64) * self.width + days)
+        last = self.at(self.last_start, idx)
+        tab = pl.lit(self.table).gather(
+            self.at(self.offset, idx) + pl.min_horizontal(days, last).cast(pl.Int64))
+        lin = self.at(self.prefix, idx) + (days - last + 1) * self.at(self.last_rate, idx)
+        return pl.when(days <= last).then(tab).otherwise(lin)
+
+
+def _charge(tariffs: pl.DataFrame, charge: str, keys: pl.DataFrame) -> _Charge:
+    t = tariffs.filter(pl.col("charge") == charge)
+    matched = match_tariffs(keys.lazy().drop("_code"), tariffs, charge).collect()
+    rows = t.with_row_index("_row").select("tariff_line", "_row")
+    row_of_key = (
+        keys.join(matched.select("scac", "port", "equip", "tariff_line"),
+                  on=["scac", "port", "equip"], how="left", nulls_equal=True)
+        .join(rows, on="tariff_line", how="left")
+        .sort("_code")["_row"]
+    )
+    # the tier columns tier_cost sees: every row padded to the charge's largest tier count
+    n_tiers = max([1, *[n for n in t["tiers"].list.len().to_list() if n is not None]])
+    table: list[float] = []
+    offset, last_start, prefix, last_rate = [], [], [], []
+    for tiers in t["tiers"].to_list():
+        tiers = list(tiers or [])
+        padded = tiers + [None] * (n_tiers - len(tiers))
+
+        def cost(days: int, padded: list[dict[str, Any] | None] = padded) -> float:
+            total = 0.0
+            for tier in padded:
+                if tier is None or tier["rate"] is None or tier["start"] is None:
+                    total = total + 0.0
+                    continue
+                end = days if tier["end"] is None else min(days, tier["end"])
+                total = total + max(end - tier["start"] + 1, 0) * tier["rate"]
+            return total
+
+        last = tiers[-1] if tiers else None
+        ok = (last is not None and last["end"] is None and last["start"] is not None
+              and last["rate"] is not None)
+        start = int(last["start"]) if ok and last is not None else 0
+        offset.append(len(table) if ok else None)
+        last_start.append(start if ok else None)
+        table += [cost(d) for d in range(start + 1)] if ok else []
+        prefix.append(cost(start - 1) if ok and start >= 1 else (0.0 if ok else None))
+        last_rate.append(last["rate"] if ok and last is not None else None)
+    free = t["free_days"].drop_nulls()
+    return _Charge(
+        row_of_key=row_of_key.cast(pl.UInt32),
+        line=t["tariff_line"], free_days=t["free_days"],
+        working=t["free_basis"] == "working", currency=t["currency"],
+        free_min=free.min() if free.len() else None,  # type: ignore[arg-type]
+        free_max=free.max() if free.len() else None,  # type: ignore[arg-type]
+        table=pl.Series(table, dtype=pl.Float64), offset=pl.Series(offset, dtype=pl.Int64),
+        last_start=pl.Series(last_start, dtype=pl.Int32),
+        prefix=pl.Series(prefix, dtype=pl.Float64),
+        last_rate=pl.Series(last_rate, dtype=pl.Float64),
+    )
+
+
+_TS_STATS = (
+    "pickup_lfd_terminal", "pickup_lfd_rail", "ind_facility_lfd_on", "pickup_lfd_line",
+    "empty_terminated_at", "pod_full_out_at", "final_destination_full_out_at",
+    "pickup_appointment_at", "pod_discharged_at", "ind_ata_at", "ind_rail_unloaded_at",
+)
+_DAY_US = 86_400_000_000
+
+
+def _day_bounds(stats: dict[str, int | None], names: Sequence[str]) -> tuple[int, int] | None:
+    """Bounds of the local dates (days since the epoch) of the instants in columns ``names``.
+
+    A local date is within one day of the UTC date (offsets are under 24 h).
+    """
+    lo = [stats[f"{n}_min"] for n in names if stats[f"{n}_min"] is not None]
+    hi = [stats[f"{n}_max"] for n in names if stats[f"{n}_max"] is not None]
+    if not lo or not hi:
+        return None
+    return min(lo) // _DAY_US - 1, max(hi) // _DAY_US + 1  # type: ignore[type-var,operator]
+
+
+def _add_working_days_py(cal: WorkingCalendar, day: int, n: int) -> int:
+    """Scalar :meth:`WorkingCalendar.add_working_days` (days since the epoch)."""
+    idx = min(max(day - _START_DAY, 0), _N_DAYS - 1)
+    k = min(max(int(cal.cum[idx]) + n, 0), len(cal.nth) - 1)
+    return (cal.nth[k] - _EPOCH).days  # type: ignore[no-any-return]
+
+
+@dataclass
+class _Phrases:
+    """Tables for the fast ``risk_reason`` path: every phrase is one gather, no formatting."""
+
+    first: pl.Series  # 0 not discharged yet, 1 discharged no LFD, 2 "status ", then blocks
+    o_empty: int
+    lo_empty: int
+    o_picked: int
+    lo_picked: int
+    o_est: int
+    lo_est: int
+    o_lfd: int
+    lo_lfd: int
+    tail: pl.Series  # index (avail * 2 + stale) * (n_appt + 2) + appt
+    n_appt: int
+    lo_appt: int
+
+
+Range = tuple[int, int]  # inclusive bounds in days since the epoch; lo > hi when empty
+_EMPTY: Range = (0, -1)
+
+
+def _union(*rs: Range) -> Range:
+    rs = tuple(r for r in rs if r[0] <= r[1])
+    return (min(r[0] for r in rs), max(r[1] for r in rs)) if rs else _EMPTY
+
+
+def _shifted(cal: WorkingCalendar, r: Range, lo_n: int | None, hi_n: int | None) -> Range:
+    """Bounds of ``r + n`` days and of ``n`` working days after ``r`` (both are monotone)."""
+    if r[0] > r[1] or lo_n is None or hi_n is None:
+        return _EMPTY
+    return (min(r[0] + lo_n, _add_working_days_py(cal, r[0], lo_n)),
+            max(r[1] + hi_n, _add_working_days_py(cal, r[1], hi_n)))
+
+
+def _ranges(
+    stats: dict[str, int | None], todays: Sequence[int], cal: WorkingCalendar, dem: _Charge,
+    det: _Charge,
+) -> dict[str, Range]:
+    """Bounds of every date the row-level plan derives, from the input instants' min/max."""
+    def b(*names: str) -> Range:
+        return _day_bounds(stats, names) or _EMPTY
+
+    today = (min(todays), max(todays))
+    lfd = b("pickup_lfd_terminal", "pickup_lfd_rail", "ind_facility_lfd_on", "pickup_lfd_line")
+    est = _shifted(cal, b("pod_discharged_at", "ind_ata_at", "ind_rail_unloaded_at"),
+                   dem.free_min, dem.free_max)
+    picked = b("pod_full_out_at", "final_destination_full_out_at")
+    appt = b("pickup_appointment_at")
+    appt = (max(appt[0], today[0]), appt[1])  # only appointments today or later are shown
+    wd = [_add_working_days_py(cal, t, n) for t in todays for n in (1, HOLD_CLEAR_WORKING_DAYS)]
+    r = {
+        "today": today, "lfd": lfd, "est": est, "picked": picked, "appt": appt,
+        "empty": b("empty_terminated_at"),
+        "d": (lfd[0] - today[1], lfd[1] - today[0]) if lfd[0] <= lfd[1] else _EMPTY,
+        "cost_lfd": _union(lfd, est),
+        "pickup": _union(appt, today, (min(wd), max(wd))),
+        "det_lfd": _shifted(cal, picked, det.free_min, det.free_max),
+    }
+    r["det_end"] = _union(r["empty"], today)
+    return r
+
+
+def _width(*spans: tuple[Range, Range]) -> int:
+    """1 + the largest ``hi - lo`` day count over (later, earlier) range pairs (0 if none)."""
+    days = [a[1] - e[0] for a, e in spans if a[0] <= a[1] and e[0] <= e[1]]
+    return max([0, *days]) + 1
+
+
+def _phrases(r: dict[str, Range]) -> _Phrases | None:
+    """Build the phrase tables for the value ranges present, or None if one would be too big."""
+    empty, picked, est, d, appt = r["empty"], r["picked"], r["est"], r["d"], r["appt"]
+    sizes = [hi - lo + 1 for lo, hi in (empty, picked, est, d, appt)]
+    if max(sizes) > MAX_PHRASE_TABLE or 6 * (sizes[4] + 2) > MAX_PHRASE_TABLE:
+        return None
+    blocks = [pl.Series(["not discharged yet", "discharged, no LFD posted", "status "])]
+    offsets = []
+    for prefix, (lo, hi), suffix in (
+        ("empty returned ", empty, ""), ("picked up ", picked, ""),
+        ("discharged, no LFD posted (tariff estimate ", est, ")"),
+    ):
+        offsets.append(sum(b.len() for b in blocks))
+        dates = _date_strings(lo, hi) if hi >= lo else pl.Series([], dtype=pl.String)
+        blocks.append(prefix + dates + suffix)
+    offsets.append(sum(b.len() for b in blocks))
+    ds = pl.int_range(d[0], d[1] + 1, dtype=pl.Int32, eager=True).to_frame("d")
+    blocks.append(ds.select(_when_txt(pl.col("d")).alias("d"))["d"] if ds.height
+                  else ds["d"].cast(pl.String))
+    first = pl.concat(blocks).rechunk()
+    appt_txt = (["", "; no appointment"]
+                + ("; appointment " + _date_strings(*appt)).to_list() if appt[1] >= appt[0]
+                else ["", "; no appointment"])
+    tail: list[str | None] = []
+    for avail in ("", "; availability unknown", "; not available"):
+        for stale in ("", "; stale data"):
+            tail += [(avail + a + stale) or None for a in appt_txt]
+    return _Phrases(
+        first=first, o_empty=offsets[0], lo_empty=empty[0], o_picked=offsets[1],
+        lo_picked=picked[0], o_est=offsets[2], lo_est=est[0], o_lfd=offsets[3], lo_lfd=d[0],
+        tail=pl.Series(tail, dtype=pl.String), n_appt=len(appt_txt) - 2, lo_appt=appt[0],
+    )
 
 
 def compute_risk(
@@ -150,45 +433,158 @@ def compute_risk(
     ``as_of`` must be timezone-aware (a naive value is taken as UTC). ``tariffs`` is the frame
     :func:`pipelines.analytics.load_tariffs` returns. Output columns: see RISK_RULES.md.
     """
+    joined, layers = risk_plan(frames, as_of, tariffs)
+    for layer in layers:
+        joined = joined.with_columns(**layer)
+    return joined.select(OUTPUT_COLUMNS)
+
+
+def risk_plan(
+    frames: WarehouseFrames | Mapping[str, pl.LazyFrame],
+    as_of: datetime,
+    tariffs: pl.DataFrame,
+) -> tuple[pl.LazyFrame, list[dict[str, pl.Expr]]]:
+    """:func:`compute_risk` in parts: the joined containers and the ``with_columns`` layers.
+
+    Runs the eager preparation (distinct zones, carriers and ports, value ranges, per-shipment
+    and per-container aggregates); exposed for per-stage timing (``benchmarks/bench_risk.py``).
+    """
     fr = frames if isinstance(frames, WarehouseFrames) else WarehouseFrames.from_mapping(frames)
     if as_of.tzinfo is None:
         as_of = as_of.replace(tzinfo=UTC)
     as_of = as_of.astimezone(UTC)
-    zt = ZoneTable(_distinct_zones(fr))
     cal = working_calendar()
     col = pl.col
 
-    ship = fr.shipments.select(
+    # --- eager: the inputs once, the small per-shipment / per-container tables, and the few
+    # distinct values (zones, carriers, ports) and date ranges the row-level plan needs --------
+    ship_q = fr.shipments.select(
         col("id").alias("shipment_id"), "bill_of_lading_number",
         col("shipping_line_scac").str.to_uppercase().alias("shipping_line_scac"),
         "port_of_discharge_locode", "destination_locode", "customer_name",
-        col("pod_timezone").alias("s_pod_tz"), col("destination_timezone").alias("s_dest_tz"),
-        "pod_eta_at", "pod_ata_at", "pod_original_eta_at", "line_tracking_stopped_at",
+        col("pod_timezone").alias("_s_pod_tz"), col("destination_timezone").alias("_s_dest_tz"),
+        ((pl.coalesce("pod_ata_at", "pod_eta_at") - col("pod_original_eta_at"))
+         .dt.total_seconds() / 86400).round(1).alias("eta_slip_days"),
+        col("line_tracking_stopped_at").is_not_null().alias("_line_stopped"),
     ).unique("shipment_id", keep="first")
-    term = fr.terminals.select(
+    term_q = fr.terminals.select(
         col("id").alias("pod_terminal_id"), col("name").alias("pod_terminal_name"),
         col("nickname").alias("pod_terminal_nickname"),
         col("firms_code").alias("pod_terminal_firms_code"),
-    ).unique("pod_terminal_id", keep="first")
-    holds = fr.container_holds.group_by("container_id").agg(
-        col("name").filter(col("status") == "hold").unique().sort().alias("blocking_holds"),
-        col("name").filter(col("status") == "pending").unique().sort().alias("pending_holds"),
+    ).unique("pod_terminal_id", keep="first", maintain_order=True).drop_nulls("pod_terminal_id")
+    # holds: deduplicated and sorted once, so each list comes out unique and sorted
+    holds_q = (
+        fr.container_holds.filter(col("status").is_in(["hold", "pending"]))
+        .unique(["container_id", "status", "name"]).sort("name")
+        .group_by("container_id").agg(
+            col("name").filter(col("status") == "hold").alias("blocking_holds"),
+            col("name").filter(col("status") == "pending").alias("pending_holds"),
+        )
     )
-    fees = fr.container_fees.group_by("container_id").agg(
+    fees_q = fr.container_fees.group_by("container_id").agg(
         col("amount").filter(col("type") != "total").sum().alias("_fees_sum"),
         col("amount").filter(col("type") == "demurrage").sum().alias("_dem_sum"),
         pl.len().alias("_fee_rows"),
     )
+    nb_h, np_h = col("blocking_holds").list.len(), col("pending_holds").list.len()
+    extra_q = holds_q.join(fees_q, on="container_id", how="full", coalesce=True).with_columns(
+        _nb=nb_h.fill_null(0),
+        _holds_txt=pl.concat_str([
+            pl.when(nb_h > 0).then(pl.concat_str(
+                pl.lit("; "), col("blocking_holds").list.join(", "), pl.lit(" hold"))),
+            pl.when(np_h > 0).then(pl.concat_str(
+                pl.lit("; "), col("pending_holds").list.join(", "), pl.lit(" pending"))),
+        ], ignore_nulls=True),
+    )
+    zone_q = pl.concat([
+        fr.containers.select(col(c).unique().alias("z"))
+        for c in ("pod_timezone", "final_destination_timezone", "empty_terminated_timezone")
+    ] + [
+        fr.shipments.select(col(c).unique().alias("z"))
+        for c in ("pod_timezone", "destination_timezone")
+    ]).unique()
+    stats_q = fr.containers.select(
+        *[col(c).to_physical().min().alias(f"{c}_min") for c in _TS_STATS],
+        *[col(c).to_physical().max().alias(f"{c}_max") for c in _TS_STATS],
+    )
+    cdf, sdf, tdf, edf, zdf, sts = pl.collect_all(
+        [fr.containers, ship_q, term_q, extra_q, zone_q, stats_q], engine="in-memory")
+    stats: dict[str, int | None] = sts.row(0, named=True)
 
+    # zones: per-row codes into the sorted distinct names, mapped to ZoneTable indices
+    zt = ZoneTable(zdf["z"].to_list())
+    znames = sorted(z for z in zdf["z"].to_list() if z is not None)
+    zcode_raw = _codes(znames)
+
+    def zcode(e: pl.Expr) -> pl.Expr:  # NULL when the name is NULL; 0 (UTC) when unknown
+        return _gather([zt.index.get(z, 0) for z in znames], zcode_raw(e), pl.Int32)
+
+    todays = [(zt.today(as_of)[i] - _EPOCH).days for i in range(len(zt.zones))]
+
+    def per_zone(values: Sequence[int], zi: pl.Expr, dtype: PolarsDType) -> pl.Expr:
+        return _gather(values, zi, dtype)
+
+    # tariff keys (carrier, port, equipment) as dense codes; one tariff row per code and charge
+    scacs = sdf["shipping_line_scac"].drop_nulls().unique().sort().to_list()
+    ports = (pl.concat([sdf["port_of_discharge_locode"], sdf["destination_locode"]])
+             .drop_nulls().unique().sort().to_list())
+    keys = pl.DataFrame(
+        [(sc, p, e) for sc in [*scacs, None] for p in [*ports, None] for e in ("dry", "reefer")],
+        schema={"scac": pl.String, "port": pl.String, "equip": pl.String}, orient="row",
+    ).with_row_index("_code")
+    dem, det = _charge(tariffs, "demurrage", keys), _charge(tariffs, "detention", keys)
+    scac_code, port_code = _codes(scacs), _codes(ports)
+    n_port = len(ports) + 1
+
+    # terminals: a handful of rows, gathered by code instead of joined
+    tids = tdf["pod_terminal_id"].to_list()
+    place = tdf.select(
+        pl.concat_str(pl.lit(" at "), pl.coalesce("pod_terminal_nickname", "pod_terminal_name"))
+    ).to_series().to_list() + [None]
+    place_src = [
+        (p or "" if src != "rail" else "") + f" ({src})"
+        for p in place for src in ("line", "terminal", "rail")
+    ]
+    rng = _ranges(stats, todays, cal, dem, det)
+    ph = _phrases(rng)
+    dem.use_width(_width((rng["today"], rng["cost_lfd"]), (rng["pickup"], rng["cost_lfd"])))
+    det.use_width(_width((rng["det_end"], rng["det_lfd"])))
+
+    ship = sdf.lazy().with_columns(
+        _szi_pod=zcode(col("_s_pod_tz")), _szi_dest=zcode(col("_s_dest_tz")),
+        _scac_c=scac_code(col("shipping_line_scac")),
+        _pod_c=port_code(col("port_of_discharge_locode")),
+        _dest_c=port_code(col("destination_locode")),
+    ).drop("_s_pod_tz", "_s_dest_tz")
     c = (
-        fr.containers.rename({"id": "container_id", "number": "container_number"})
+        cdf.lazy().rename({"id": "container_id", "number": "container_number"})
         .join(ship, on="shipment_id", how="left")
-        .join(term, on="pod_terminal_id", how="left")
-        .join(holds, on="container_id", how="left")
-        .join(fees, on="container_id", how="left")
+        .join(edf.lazy(), on="container_id", how="left")
     )
 
-    # --- phases --------------------------------------------------------------------------
+    in_window = all(
+        (v is None or WINDOW_START_US <= v < WINDOW_END_US) for v in stats.values()
+    )
+    ld = zt.local_date_hourly if HOURLY_DATES and in_window and zt.days is not None \
+        else zt.local_date
+    return c, _layers(as_of, cal, ld, zcode, todays, dem, det, len(scacs), n_port, tids, tdf,
+                      place_src, ph)
+
+
+def _layers(
+    as_of: datetime, cal: WorkingCalendar, ld: Callable[[pl.Expr, pl.Expr], pl.Expr],
+    zcode: Callable[[pl.Expr], pl.Expr],
+    todays: Sequence[int], dem: _Charge, det: _Charge, n_scac: int, n_port: int,
+    tids: Sequence[str], tdf: pl.DataFrame, place_src: Sequence[str], ph: _Phrases | None,
+) -> list[dict[str, pl.Expr]]:
+    """The row-level plan as successive ``with_columns`` layers (wide, so they run in parallel).
+
+    Every expression only reads columns of earlier layers.
+    """
+    col = pl.col
+    layers: list[dict[str, pl.Expr]] = []
+
+    # --- A: phases, zones, facts from the joined columns only -------------------------------
     inland = (
         pl.any_horizontal(
             col(x).is_not_null()
@@ -200,45 +596,96 @@ def compute_risk(
         )
         | col("current_status").is_in(["on_rail", "awaiting_inland_transfer"])
     ).fill_null(False)
-    c = c.with_columns(
+    zi_fd_own = zcode(col("final_destination_timezone"))
+    fees_reported = col("fees_at_pod_terminal_known").fill_null(False) | (
+        col("_fee_rows").fill_null(0) > 0
+    )
+    dwell_end = pl.coalesce(
+        "pod_full_out_at", "pod_rail_loaded_at", "pod_rail_departed_at", pl.lit(as_of, dtype=TS)
+    )
+    nb = col("_nb").fill_null(0)
+    layers.append(dict(
         _inland=inland,
-        _zi_pod=zt.zone_index(pl.coalesce("pod_timezone", "s_pod_tz")),
-        _zi_fd_own=zt.zone_index(col("final_destination_timezone")),
-        _zi_dest=zt.zone_index(pl.coalesce("final_destination_timezone", "s_dest_tz")),
-        _zi_empty=zt.zone_index(col("empty_terminated_timezone")),
-    ).with_columns(
-        _zi_pod=col("_zi_pod").fill_null(0),
-        _zi_fd=pl.coalesce("_zi_dest", "_zi_pod").fill_null(0),
-        _zi_line=pl.coalesce("_zi_fd_own", "_zi_pod").fill_null(0),
+        # zone NULL/unknown -> 0 (UTC); the port zone falls back to the shipment's, the
+        # destination zone to the shipment's destination
+        _zi_pod=pl.coalesce(zcode(col("pod_timezone")), col("_szi_pod"), pl.lit(0, pl.Int32)),
+        _zi_fd=pl.coalesce(zi_fd_own, col("_szi_dest"), pl.lit(0, pl.Int32)),
+        _zi_line=zi_fd_own.fill_null(0),
+        _zi_empty=zcode(col("empty_terminated_timezone")).fill_null(0),
         _left_port=pl.any_horizontal(
             col(x).is_not_null()
             for x in ("pod_full_out_at", "pod_rail_loaded_at", "pod_rail_departed_at")
         ),
-        full_out_at=pl.when(col("_inland"))
-        .then(col("final_destination_full_out_at"))
-        .otherwise(col("pod_full_out_at")),
+        _term=_codes(tids)(col("pod_terminal_id")).fill_null(len(tids)),
+        _nb=nb,
         blocking_holds=col("blocking_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
         pending_holds=col("pending_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
-    ).with_columns(
-        _done=(
-            col("full_out_at").is_not_null()
-            | col("empty_terminated_at").is_not_null()
-            | col("current_status").is_in(DONE_STATUSES).fill_null(False)
+        _reefer=(col("equipment_type") == "reefer").fill_null(False),
+        _status_done=col("current_status").is_in(DONE_STATUSES).fill_null(False),
+        ready_for_pickup=col("available_for_pickup").fill_null(False) & (nb == 0),
+        fees_reported=pl.when(fees_reported).then(col("_fees_sum").fill_null(0.0)),
+        demurrage_fee_reported=pl.when(fees_reported).then(col("_dem_sum").fill_null(0.0)),
+        dwell_days=pl.when(col("pod_discharged_at").is_not_null()).then(
+            ((dwell_end - col("pod_discharged_at")).dt.total_seconds() / 86400).round(1)
         ),
-    )
+        stale=(
+            col("terminal_checked_at").is_null()
+            | (col("terminal_checked_at") < pl.lit(as_of - STALE_AFTER, dtype=TS))
+            | col("_line_stopped").fill_null(False)
+        ),
+        as_of=pl.lit(as_of, dtype=TS),
+    ))
 
-    # --- LFDs --------------------------------------------------------------------------
-    c = c.with_columns(
-        lfd_terminal=zt.local_date(col("pickup_lfd_terminal"), col("_zi_pod")),
-        lfd_rail=zt.local_date(
+    # --- B: local dates, tariff rows, done ----------------------------------------------------
+    inl, left = col("_inland"), col("_left_port")
+    full_out = pl.when(inl).then(col("final_destination_full_out_at")) \
+        .otherwise(col("pod_full_out_at"))
+    tkey = (
+        col("_scac_c").fill_null(n_scac).cast(pl.Int64) * n_port
+        + pl.when(inl & col("_dest_c").is_not_null()).then(col("_dest_c"))
+        .otherwise(col("_pod_c")).fill_null(n_port - 1)
+    ) * 2 + col("_reefer").cast(pl.Int64)
+    term = col("_term")
+    layers.append(dict(
+        full_out_at=full_out,
+        is_inland=inl,
+        pod_terminal_name=_gather(tdf["pod_terminal_name"].to_list() + [None], term, pl.String),
+        pod_terminal_firms_code=_gather(
+            tdf["pod_terminal_firms_code"].to_list() + [None], term, pl.String),
+        lfd_terminal=ld(col("pickup_lfd_terminal"), col("_zi_pod")),
+        lfd_rail=ld(
             pl.coalesce("pickup_lfd_rail", "ind_facility_lfd_on"), col("_zi_fd")
         ),
-        lfd_line=zt.local_date(col("pickup_lfd_line"), col("_zi_line")),
-    )
-    rel_line = ~col("_done")
-    rel_term = ~col("_done") & ~col("_left_port")
-    rel_rail = ~col("_done") & col("_inland")
-    c = c.with_columns(
+        lfd_line=ld(col("pickup_lfd_line"), col("_zi_line")),
+        _appt_date=ld(col("pickup_appointment_at"), col("_zi_pod")),
+        _return_date=ld(col("empty_terminated_at"), col("_zi_empty")),
+        _clock_start=ld(
+            pl.when(inl & left).then(pl.coalesce("ind_rail_unloaded_at", "ind_ata_at"))
+            .otherwise(col("pod_discharged_at")),
+            pl.when(inl & left).then(col("_zi_fd")).otherwise(col("_zi_pod")),
+        ),
+        _full_out_date=ld(
+            full_out, pl.when(inl).then(col("_zi_fd")).otherwise(col("_zi_pod"))),
+        _today_pod=_gather(todays, col("_zi_pod"), pl.Int32).cast(pl.Date),
+        _discharged=col("pod_discharged_at").is_not_null() | (
+            inl & (col("ind_ata_at").is_not_null() | col("ind_rail_unloaded_at").is_not_null())
+        ),
+        _done=(
+            full_out.is_not_null()
+            | col("empty_terminated_at").is_not_null()
+            | col("_status_done")
+        ),
+        _d=dem.at(dem.row_of_key, tkey),
+        _x=det.at(det.row_of_key, tkey),
+    ))
+
+    # --- C: binding LFD, detention -------------------------------------------------------
+    done = col("_done")
+    rel_line = ~done
+    rel_term = ~done & ~col("_left_port")
+    rel_rail = ~done & col("_inland")
+    det_end = pl.coalesce("_return_date", "_today_pod")
+    layers.append(dict(
         lfd_date=pl.min_horizontal(
             pl.when(rel_line).then(col("lfd_line")),
             pl.when(rel_term).then(col("lfd_terminal")),
@@ -255,155 +702,157 @@ def compute_risk(
                 pl.min_horizontal("lfd_line", "lfd_terminal", "lfd_rail"),
             )
         ),
-    ).with_columns(
-        lfd_source=pl.when(rel_line & (col("lfd_line") == col("lfd_date"))).then(pl.lit("line"))
-        .when(rel_term & (col("lfd_terminal") == col("lfd_date"))).then(pl.lit("terminal"))
-        .when(rel_rail & (col("lfd_rail") == col("lfd_date"))).then(pl.lit("rail")),
-    ).with_columns(
-        _zi_bind=pl.when(col("lfd_source") == "terminal").then(col("_zi_pod"))
-        .when(col("lfd_source") == "rail").then(col("_zi_fd"))
-        .when(col("lfd_source") == "line").then(col("_zi_line"))
+        detention_lfd=pl.when(det.at(det.working, col("_x")))
+        .then(cal.add_working_days(col("_full_out_date"), det.at(det.free_days, col("_x"))))
+        .otherwise(
+            (col("_full_out_date").cast(pl.Int32) + det.at(det.free_days, col("_x")))
+            .cast(pl.Date)),
+        _det_end=det_end,
+        days_out=_days(det_end, col("_full_out_date")),
+        currency=dem.at(dem.currency, col("_d")),
+        demurrage_tariff_line=dem.at(dem.line, col("_d")),
+        detention_tariff_line=pl.when(col("full_out_at").is_not_null())
+        .then(det.at(det.line, col("_x"))),
+    ))
+
+    # --- D: source of the binding LFD (0 line, 1 terminal, 2 rail; ties prefer that order) ---
+    src = (
+        pl.when(rel_line & (col("lfd_line") == col("lfd_date"))).then(pl.lit(0, pl.Int32))
+        .when(rel_term & (col("lfd_terminal") == col("lfd_date"))).then(pl.lit(1, pl.Int32))
+        .when(rel_rail & (col("lfd_rail") == col("lfd_date"))).then(pl.lit(2, pl.Int32))
+    )
+    layers.append(dict(
+        _src=src,
+        lfd_source=_gather(["line", "terminal", "rail"], src, pl.String),
+        _zi_bind=pl.when(src == 1).then(col("_zi_pod"))
+        .when(src == 2).then(col("_zi_fd"))
+        .when(src == 0).then(col("_zi_line"))
         .when(col("_inland") & col("_left_port")).then(col("_zi_fd"))
         .otherwise(col("_zi_pod")),
-    ).with_columns(
-        today_local=zt.today_expr(as_of, col("_zi_bind")),
-        _today_pod=zt.today_expr(as_of, col("_zi_pod")),
-    ).with_columns(
-        days_to_lfd=_days(col("lfd_date"), col("today_local")),
-        working_days_to_lfd=cal.working_days_between(col("today_local"), col("lfd_date")),
-    )
+        projected_detention=pl.when(col("detention_lfd").is_not_null()).then(det.cost(
+            _days(col("_det_end"), col("detention_lfd")).clip(lower_bound=0), col("_x"))),
+    ))
 
-    # --- readiness, fees, misc facts -------------------------------------------------------
-    discharged = col("pod_discharged_at").is_not_null() | (
-        col("_inland") & pl.any_horizontal(
-            col("ind_ata_at").is_not_null(), col("ind_rail_unloaded_at").is_not_null()
-        )
-    )
-    fees_reported = col("fees_at_pod_terminal_known").fill_null(False) | (
-        col("_fee_rows").fill_null(0) > 0
-    )
-    dwell_end = pl.coalesce(
-        "pod_full_out_at", "pod_rail_loaded_at", "pod_rail_departed_at", pl.lit(as_of, dtype=TS)
-    )
-    slip_at = pl.coalesce("pod_ata_at", "pod_eta_at")
-    c = c.with_columns(
-        ready_for_pickup=col("available_for_pickup").fill_null(False)
-        & (col("blocking_holds").list.len() == 0),
-        _discharged=discharged,
-        fees_reported=pl.when(fees_reported).then(col("_fees_sum").fill_null(0.0)),
-        demurrage_fee_reported=pl.when(fees_reported).then(col("_dem_sum").fill_null(0.0)),
-        dwell_days=pl.when(col("pod_discharged_at").is_not_null()).then(
-            ((dwell_end - col("pod_discharged_at")).dt.total_seconds() / 86400).round(1)
-        ),
-        eta_slip_days=((slip_at - col("pod_original_eta_at")).dt.total_seconds() / 86400).round(1),
-        stale=(
-            col("terminal_checked_at").is_null()
-            | (col("terminal_checked_at") < pl.lit(as_of - STALE_AFTER, dtype=TS))
-            | col("line_tracking_stopped_at").is_not_null()
-        ),
-        _appt_date=zt.local_date(col("pickup_appointment_at"), col("_zi_pod")),
-        _full_out_date=zt.local_date(
-            col("full_out_at"), pl.when(col("_inland")).then(col("_zi_fd")).otherwise("_zi_pod")
-        ),
-        _return_date=zt.local_date(
-            col("empty_terminated_at"),
-            pl.coalesce("_zi_empty", pl.when(col("_inland")).then(col("_zi_fd"))
-                        .otherwise("_zi_pod")),
-        ),
-        _clock_start=pl.when(col("_inland") & col("_left_port")).then(
-            zt.local_date(pl.coalesce("ind_rail_unloaded_at", "ind_ata_at"), col("_zi_fd"))
-        ).otherwise(zt.local_date(col("pod_discharged_at"), col("_zi_pod"))),
-        _tkey_scac=col("shipping_line_scac"),
-        _tkey_port=pl.when(col("_inland") & col("destination_locode").is_not_null())
-        .then(col("destination_locode")).otherwise(col("port_of_discharge_locode")),
-        _tkey_equip=pl.when(col("equipment_type") == "reefer").then(pl.lit("reefer"))
-        .otherwise(pl.lit("dry")),
-    )
-
-    # --- tariffs ---------------------------------------------------------------------------
-    keys = c.select(
-        col("_tkey_scac").alias("scac"), col("_tkey_port").alias("port"),
-        col("_tkey_equip").alias("equip"),
-    ).unique()
-    n_tiers = {}
-    for charge, prefix in (("demurrage", "d_"), ("detention", "x_")):
-        m = match_tariffs(keys, tariffs, charge)
-        n_tiers[prefix] = sum(1 for n in m.collect_schema() if n.endswith("_rate"))
-        m = m.rename({n: prefix + n for n in m.collect_schema().names()
-                      if n not in ("scac", "port", "equip")})
-        c = c.join(
-            m, left_on=["_tkey_scac", "_tkey_port", "_tkey_equip"],
-            right_on=["scac", "port", "equip"], how="left", nulls_equal=True,
-        )
-
-    c = c.with_columns(
+    # --- E: today in the binding zone; everything today-based is a per-zone constant -------
+    zb = col("_zi_bind")
+    today = _gather(todays, zb, pl.Int32)
+    next_wd = [_add_working_days_py(cal, t, 1) for t in todays]
+    hold_wd = [_add_working_days_py(cal, t, HOLD_CLEAR_WORKING_DAYS) for t in todays]
+    cum_today = [int(cal.cum[min(max(t - _START_DAY, 0), _N_DAYS - 1)]) for t in todays]
+    free = dem.at(dem.free_days, col("_d"))
+    layers.append(dict(
+        today_local=today.cast(pl.Date),
+        days_to_lfd=col("lfd_date").cast(pl.Int32) - today,
+        working_days_to_lfd=cal.cum_expr(col("lfd_date")) - _gather(cum_today, zb, pl.Int32),
+        _pickup_date=pl.when(col("_appt_date").cast(pl.Int32) >= today).then(col("_appt_date"))
+        .when(col("ready_for_pickup")).then(today.cast(pl.Date))
+        .when(col("_nb") > 0).then(_gather(hold_wd, zb, pl.Int32).cast(pl.Date))
+        .otherwise(_gather(next_wd, zb, pl.Int32).cast(pl.Date)),
         lfd_estimated=pl.when(
-            col("lfd_date").is_null() & ~col("_done") & col("_clock_start").is_not_null()
-            & col("d_free_days").is_not_null()
+            col("lfd_date").is_null() & ~done & col("_clock_start").is_not_null()
+            & free.is_not_null()
         ).then(
-            pl.when(col("d_free_basis") == "working")
-            .then(cal.add_working_days(col("_clock_start"), col("d_free_days")))
-            .otherwise(col("_clock_start") + pl.duration(days=col("d_free_days")))
+            pl.when(dem.at(dem.working, col("_d")))
+            .then(cal.add_working_days(col("_clock_start"), free))
+            .otherwise((col("_clock_start").cast(pl.Int32) + free).cast(pl.Date))
         ),
-        _pickup_date=pl.when(col("_appt_date") >= col("today_local")).then(col("_appt_date"))
-        .when(col("ready_for_pickup")).then(col("today_local"))
-        .when(col("blocking_holds").list.len() > 0)
-        .then(cal.add_working_days(col("today_local"), pl.lit(HOLD_CLEAR_WORKING_DAYS)))
-        .otherwise(cal.add_working_days(col("today_local"), pl.lit(1))),
-        detention_lfd=pl.when(col("x_free_basis") == "working")
-        .then(cal.add_working_days(col("_full_out_date"), col("x_free_days")))
-        .otherwise(col("_full_out_date") + pl.duration(days=col("x_free_days"))),
-        _det_end=pl.coalesce("_return_date", "_today_pod"),
-    ).with_columns(
-        _cost_lfd=pl.coalesce("lfd_date", "lfd_estimated"),
-        days_out=_days(col("_det_end"), col("_full_out_date")),
+    ))
+
+    # --- F: costs, level, reason ----------------------------------------------------------
+    cost_lfd = pl.coalesce("lfd_date", "lfd_estimated")
+    has_tariff = col("_d").is_not_null()
+    costed = has_tariff & (done | cost_lfd.is_not_null())
+    accrued_days = pl.when(~done).then(
+        _days(col("today_local"), cost_lfd).clip(lower_bound=0)).otherwise(0)
+    proj_days = pl.when(~done).then(
+        _days(col("_pickup_date"), cost_lfd).clip(lower_bound=0)).otherwise(0)
+    d = col("days_to_lfd")
+    unknown = ~done & col("lfd_date").is_null() & col("_discharged")
+    level = (  # index into LEVELS
+        pl.when(done).then(6)
+        .when(unknown).then(5)
+        .when(col("lfd_date").is_null()).then(4)
+        .when(d < 0).then(0)
+        .when(d == 0).then(1)
+        .when(d <= 3).then(2)
+        .when(d <= 7).then(3)
+        .otherwise(4)
     )
-    has_tariff = col("d_tariff_line").is_not_null()
-    costed = has_tariff & (col("_done") | col("_cost_lfd").is_not_null())
-    accrued_days = pl.when(~col("_done")).then(
-        _days(col("today_local"), col("_cost_lfd")).clip(lower_bound=0)).otherwise(0)
-    proj_days = pl.when(~col("_done")).then(
-        _days(col("_pickup_date"), col("_cost_lfd")).clip(lower_bound=0)).otherwise(0)
-    det_days = _days(col("_det_end"), col("detention_lfd")).clip(lower_bound=0)
-    c = c.with_columns(
+    layers.append(dict(
         costed=costed,
         uncosted_reason=pl.when(~has_tariff).then(pl.lit("no tariff"))
         .when(~costed).then(pl.lit("no LFD")),
-        accrued_demurrage=pl.when(costed).then(tier_cost(accrued_days, n_tiers["d_"], "d_")),
-        projected_demurrage=pl.when(costed).then(tier_cost(proj_days, n_tiers["d_"], "d_")),
-        projected_pickup_date=pl.when(~col("_done")).then(col("_pickup_date")),
-        projected_detention=pl.when(col("detention_lfd").is_not_null()).then(
-            tier_cost(det_days, n_tiers["x_"], "x_")),
-        currency=col("d_currency"),
-        demurrage_tariff_line=col("d_tariff_line"),
-        detention_tariff_line=pl.when(col("full_out_at").is_not_null()).then(col("x_tariff_line")),
-    )
+        accrued_demurrage=pl.when(costed).then(dem.cost(accrued_days, col("_d"))),
+        projected_demurrage=pl.when(costed).then(dem.cost(proj_days, col("_d"))),
+        projected_pickup_date=pl.when(~done).then(col("_pickup_date")),
+        risk_level=_gather(LEVELS, level.cast(pl.UInt32), pl.String),
+        risk_reason=_reason_fast(ph, place_src, unknown) if ph is not None
+        else _reason_generic(tdf, unknown),
+    ))
+    return layers
 
-    # --- level and reason ------------------------------------------------------------------
+
+def _reason_fast(ph: _Phrases, place_src: Sequence[str], unknown: pl.Expr) -> pl.Expr:
+    """``risk_reason`` from gathered phrases: one concatenation of four pieces per row."""
+    col = pl.col
+    done, d = col("_done"), col("days_to_lfd")
+    first = (
+        pl.when(done).then(
+            pl.when(col("empty_terminated_at").is_not_null())
+            .then(ph.o_empty + col("_return_date").cast(pl.Int64) - ph.lo_empty)
+            .when(col("full_out_at").is_not_null())
+            .then(ph.o_picked + col("_full_out_date").cast(pl.Int64) - ph.lo_picked)
+            .otherwise(2)
+        )
+        .when(unknown).then(
+            pl.when(col("lfd_estimated").is_not_null())
+            .then(ph.o_est + col("lfd_estimated").cast(pl.Int64) - ph.lo_est).otherwise(1))
+        .when(col("lfd_date").is_null()).then(0)
+        .otherwise(ph.o_lfd + d.cast(pl.Int64) - ph.lo_lfd)
+    )
+    is_status = done & col("empty_terminated_at").is_null() & col("full_out_at").is_null()
+    mid = (
+        pl.when(is_status).then(col("current_status"))
+        .when(~done & col("lfd_date").is_not_null())
+        .then(_gather(place_src, col("_term") * 3 + col("_src"), pl.String))
+    )
+    active = ~done & (col("lfd_date").is_not_null() | col("_discharged"))
+    avail = (
+        pl.when(active & (col("_nb") == 0) & ~col("ready_for_pickup")).then(
+            pl.when(col("availability_known") == False)  # noqa: E712 (NULL must stay NULL)
+            .then(1).otherwise(2))
+        .otherwise(0)
+    )
+    appt = (
+        pl.when(active).then(
+            pl.when(col("_appt_date").cast(pl.Int32) >= col("today_local").cast(pl.Int32))
+            .then(2 + col("_appt_date").cast(pl.Int64) - ph.lo_appt)
+            .otherwise(1))
+        .otherwise(0)
+    )
+    stale = (col("stale") & ~done).cast(pl.Int64)
+    tail = (avail * 2 + stale) * (ph.n_appt + 2) + appt
+    return pl.concat_str([
+        pl.lit(ph.first).gather(first),
+        mid,
+        pl.when(active).then(col("_holds_txt")),
+        pl.lit(ph.tail).gather(tail),
+    ], ignore_nulls=True)
+
+
+def _reason_generic(tdf: pl.DataFrame, unknown: pl.Expr) -> pl.Expr:
+    """``risk_reason`` built by formatting per row (any date range; slower)."""
+    col = pl.col
     d = col("days_to_lfd")
-    level = (
-        pl.when(col("_done")).then(pl.lit("done"))
-        .when(col("lfd_date").is_null() & col("_discharged")).then(pl.lit("unknown"))
-        .when(col("lfd_date").is_null()).then(pl.lit("ok"))
-        .when(d < 0).then(pl.lit("overdue"))
-        .when(d == 0).then(pl.lit("due_today"))
-        .when(d <= 3).then(pl.lit("imminent"))
-        .when(d <= 7).then(pl.lit("watch"))
-        .otherwise(pl.lit("ok"))
-    )
-    c = c.with_columns(risk_level=level)
-    place = pl.when(col("lfd_source") != "rail").then(
-        pl.concat_str(pl.lit(" at "), pl.coalesce("pod_terminal_nickname", "pod_terminal_name"))
+    src = _gather(["line", "terminal", "rail"], col("_src"), pl.String)
+    nick = pl.lit(tdf["pod_terminal_nickname"].append(pl.Series([None], dtype=pl.String)))
+    name = pl.lit(tdf["pod_terminal_name"].append(pl.Series([None], dtype=pl.String)))
+    place = pl.when(src != "rail").then(
+        pl.concat_str(pl.lit(" at "), pl.coalesce(nick.gather(col("_term")),
+                                                  name.gather(col("_term"))))
     ).otherwise(pl.lit(""))
-    when_txt = (
-        pl.when(d < -1).then(pl.concat_str(pl.lit("LFD passed "), _s(-d), pl.lit(" days ago")))
-        .when(d == -1).then(pl.lit("LFD was yesterday"))
-        .when(d == 0).then(pl.lit("LFD today"))
-        .when(d == 1).then(pl.lit("LFD tomorrow"))
-        .otherwise(pl.concat_str(pl.lit("LFD in "), _s(d), pl.lit(" days")))
-    )
     lfd_phrase = pl.concat_str(
-        when_txt, place.fill_null(""), pl.lit(" ("), col("lfd_source"), pl.lit(")")
+        _when_txt(d), place.fill_null(""), pl.lit(" ("), src, pl.lit(")")
     )
     first = (
         pl.when(col("_done")).then(
@@ -413,7 +862,7 @@ def compute_risk(
             .then(pl.concat_str(pl.lit("picked up "), _s(col("_full_out_date"))))
             .otherwise(pl.concat_str(pl.lit("status "), col("current_status")))
         )
-        .when(col("risk_level") == "unknown").then(
+        .when(unknown).then(
             pl.concat_str(
                 pl.lit("discharged, no LFD posted"),
                 pl.concat_str(pl.lit(" (tariff estimate "), _s(col("lfd_estimated")), pl.lit(")"))
@@ -424,7 +873,7 @@ def compute_risk(
         .otherwise(lfd_phrase)
     )
     active = ~col("_done") & (col("lfd_date").is_not_null() | col("_discharged"))
-    nb = col("blocking_holds").list.len()
+    nb = col("_nb")
     parts = [
         first,
         pl.when(active & (nb > 0)).then(
@@ -440,12 +889,7 @@ def compute_risk(
             .otherwise(pl.lit("no appointment"))),
         pl.when(col("stale") & ~col("_done")).then(pl.lit("stale data")),
     ]
-    c = c.with_columns(
-        risk_reason=pl.concat_str(parts, separator="; ", ignore_nulls=True),
-        as_of=pl.lit(as_of, dtype=TS),
-        is_inland=col("_inland"),
-    )
-    return c.select(OUTPUT_COLUMNS)
+    return pl.concat_str(parts, separator="; ", ignore_nulls=True)
 
 
 OUTPUT_COLUMNS = [
