@@ -1,0 +1,421 @@
+"""Prefect tasks around the pipeline calls: load, risk, publish; plus the warehouse slot.
+
+Each task wraps one call of :mod:`pipelines` and adds only orchestration: retries with backoff
+for failures that can pass (an unreachable API, a locked warehouse), none for those that cannot
+(a refused key, a missing key, a bad request), and the artifacts. The API key is resolved inside
+:func:`load_account` from the environment or dlt secrets: it is never a parameter, a log line,
+an artifact or a task result. Results are not persisted (they hold business data, and a cached
+load would be wrong), so every task is ``NO_CACHE`` and ``persist_result=False``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from prefect import get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import (
+    GlobalConcurrencyLimitCreate,
+    GlobalConcurrencyLimitUpdate,
+)
+from prefect.concurrency.sync import concurrency
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+
+from flows.artifacts import (
+    AT_RISK_KEY,
+    SUMMARY_KEY,
+    Reconciliation,
+    SummaryInput,
+    at_risk_rows,
+    summary_markdown,
+)
+from pipelines.analytics import (
+    LEVELS,
+    RiskSummary,
+    TariffError,
+    at_risk,
+    publish_risk,
+    risk_changes,
+)
+from pipelines.config import (
+    ANALYTICS_SCHEMA,
+    DATASET,
+    ApiSettings,
+    ConfigError,
+    resolve_duckdb_path,
+)
+from pipelines.load import LoadFailed, LoadSummary, run_load
+from pipelines.terminal49.client import ApiError, AuthError
+from pipelines.terminal49.scan import ScanStats
+from pipelines.warehouse import WarehouseLocked, WarehouseMissing, reading, writing
+
+# One global concurrency limit guards the warehouse: DuckDB takes one writer process at a time.
+WAREHOUSE_LIMIT = "freetime-warehouse"
+# How long a run waits for another run (e.g. a nightly reconcile) to release the warehouse.
+WAREHOUSE_WAIT_SECONDS = 30 * 60.0
+# How long a run waits for a reader (a notebook, `duckdb` CLI) to let go of the file.
+LOCK_RETRY_SECONDS = 30.0
+# The load's own retries: the client already retries each request 8 times, so these are for a
+# whole scan that failed (API down for minutes, a reader holding the file through the write).
+LOAD_RETRY_DELAYS = [30.0, 120.0]
+# Lists that the reconcile flow checks against the API's meta.total, and their tables.
+RECONCILED_TABLES = {"containers": "containers", "shipments": "shipments"}
+
+
+class WarehouseBusy(Exception):
+    """Another run held the warehouse slot for the whole wait. Message is user-safe."""
+
+
+# -- the warehouse slot ----------------------------------------------------------------------------
+
+
+# Set by `freetime run` when it started a private, temporary Prefect server for itself.
+PRIVATE_SERVER_ENV = "FREETIME_PRIVATE_PREFECT_SERVER"
+# Lease on the slot, renewed by Prefect while the run lives; kept short so that a server which
+# revokes expired leases (a full `prefect server`) frees the slot of a killed run quickly.
+SLOT_LEASE_SECONDS = 60.0
+
+
+def ensure_warehouse_limit(
+    name: str = WAREHOUSE_LIMIT, duckdb_path: str | None = None
+) -> None:
+    """Create the global concurrency limit ``name`` (1 slot) unless it exists already.
+
+    Prefect 3.8 does not create a named limit on first use: acquiring a missing one logs
+    "Concurrency limits [...] do not exist - skipping acquisition" and runs unguarded (with
+    ``strict=True`` it raises). So a fresh machine (or a fresh ephemeral server) gets it here;
+    an existing limit is left as its owner configured it.
+
+    On a private temporary server (``freetime run`` without ``PREFECT_API_URL``) a taken slot
+    can only be stale: Prefect keeps leases in the server's memory and revokes expired ones
+    only in a full server, so a run killed while holding the slot (Ctrl+C that also reached
+    the server, a crash) would block every later run. There, a slot found taken while the
+    warehouse file is free for writing is released, with a warning.
+    """
+    with get_client(sync_client=True) as client:
+        try:
+            limit = client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            # Two runs starting together may both try: the loser sees 409 and moves on.
+            with contextlib.suppress(ObjectAlreadyExists):
+                client.create_global_concurrency_limit(
+                    GlobalConcurrencyLimitCreate(name=name, limit=1)
+                )
+            return
+        if (
+            os.environ.get(PRIVATE_SERVER_ENV)
+            and limit.active_slots >= max(limit.limit, 1)
+            and _warehouse_free(duckdb_path)
+        ):
+            client.update_global_concurrency_limit(
+                name, GlobalConcurrencyLimitUpdate(active_slots=0)
+            )
+            get_run_logger().warning(
+                "released the warehouse slot %r left taken by a run that did not finish", name
+            )
+
+
+def _warehouse_free(duckdb_path: str | None) -> bool:
+    """Whether no other process is writing the warehouse right now."""
+    path = resolve_duckdb_path(duckdb_path)
+    if not path.exists():
+        return True
+    try:
+        with writing(path, retry_seconds=0.0):
+            return True
+    except WarehouseLocked:
+        return False
+
+
+@contextlib.contextmanager
+def warehouse_slot(
+    duckdb_path: str | None = None, name: str = WAREHOUSE_LIMIT
+) -> Iterator[None]:
+    """Hold the warehouse's single slot for the block (waits for a running load first)."""
+    ensure_warehouse_limit(name, duckdb_path)
+    try:
+        with concurrency(
+            name,
+            occupy=1,
+            timeout_seconds=WAREHOUSE_WAIT_SECONDS,
+            lease_duration=SLOT_LEASE_SECONDS,
+            strict=True,
+        ):
+            yield
+    except TimeoutError as exc:  # AcquireConcurrencySlotTimeoutError subclasses TimeoutError
+        raise WarehouseBusy(
+            f"another freetime run kept the warehouse busy for {WAREHOUSE_WAIT_SECONDS / 60:.0f} "
+            f"min (Prefect concurrency limit {name!r}); try again when it has finished"
+        ) from exc
+
+
+# -- retry policy ----------------------------------------------------------------------------------
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether retrying the same call later can succeed.
+
+    Not transient: a missing or refused key, a request the API rejects (4xx), bad tariffs or
+    configuration. Transient: everything else a load raises (network, 5xx, 429 storms, a
+    reconciliation that could not converge) and a locked warehouse.
+    """
+    if isinstance(exc, WarehouseLocked):
+        return True
+    if isinstance(exc, LoadFailed):
+        cause = exc.__cause__
+        refused = isinstance(cause, AuthError | ApiError) or "refused the key" in str(exc)
+        return not refused
+    return False
+
+
+def _retry_if_transient(task: Any, task_run: Any, state: Any) -> bool:
+    """Prefect ``retry_condition_fn``: the failed state's data is the raised exception."""
+    exc = getattr(state, "data", None)
+    return isinstance(exc, BaseException) and is_transient(exc)
+
+
+def _looks_locked(message: str) -> bool:
+    # DuckDB: "Could not set lock on file ... Conflicting lock is held in ..."
+    text = message.lower()
+    return "could not set lock" in text or "conflicting lock" in text
+
+
+# -- load ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadOutcome:
+    """What the load task returns: the pipeline's summary and each list's scan totals."""
+
+    summary: LoadSummary
+    api_totals: dict[str, int] = field(default_factory=dict)  # kind -> meta.total
+    distinct_seen: dict[str, int] = field(default_factory=dict)  # kind -> distinct ids
+
+    def line(self) -> str:
+        s = self.summary
+        return (
+            f"{s.table_counts_line()} rows in {s.seconds:.1f}s; {s.requests} requests "
+            f"({s.pages} pages, {s.reconcile_pages} to reconcile), {s.retries} retries, "
+            f"{s.rate_limited} rate-limited"
+        )
+
+
+@task(name="check-warehouse", cache_policy=NO_CACHE, persist_result=False)
+def check_warehouse(duckdb_path: str | None) -> str:
+    """Open the warehouse for writing once, before any API call: a reader holding the file is
+    waited for (``LOCK_RETRY_SECONDS``), then reported plainly as ``WarehouseLocked``."""
+    path = resolve_duckdb_path(duckdb_path)
+    with writing(path, retry_seconds=LOCK_RETRY_SECONDS):
+        pass
+    return str(path)
+
+
+@task(
+    name="load-account",
+    retries=len(LOAD_RETRY_DELAYS),
+    retry_delay_seconds=LOAD_RETRY_DELAYS,
+    retry_jitter_factor=0.5,
+    retry_condition_fn=_retry_if_transient,
+    cache_policy=NO_CACHE,
+    persist_result=False,
+)
+def load_account(
+    duckdb_path: str,
+    base_url: str | None = None,
+    rate_limit_per_minute: float | None = None,
+    concurrency: int = 4,
+) -> LoadOutcome:
+    """Scan the account into the warehouse (:func:`pipelines.load.run_load`).
+
+    The key comes from ``TERMINAL49_API_KEY`` or dlt secrets, resolved here. Raises
+    ``ConfigError`` (no key), ``LoadFailed`` (the previous load stays) or ``WarehouseLocked``.
+    """
+    logger = get_run_logger()
+    api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit_per_minute)
+    logger.info("loading %s from %s into %s", "the account", api.base_url, duckdb_path)
+    scans: dict[str, ScanStats] = {}
+
+    def track(stats: ScanStats) -> None:
+        scans[stats.kind] = stats
+
+    try:
+        summary = run_load(duckdb_path, api, concurrency=concurrency, on_page=track)
+    except LoadFailed as exc:
+        if _looks_locked(str(exc)):
+            raise WarehouseLocked(
+                f"the warehouse {duckdb_path} was locked by another process (an open notebook "
+                "or duckdb shell?) when the load tried to write; close it and retry"
+            ) from exc
+        raise
+    outcome = LoadOutcome(
+        summary=summary,
+        api_totals={k: s.total for k, s in scans.items()},
+        distinct_seen={k: s.distinct for k, s in scans.items()},
+    )
+    logger.info("loaded: %s", outcome.line())
+    return outcome
+
+
+# -- risk ------------------------------------------------------------------------------------------
+
+
+@task(
+    name="compute-risk",
+    retries=1,
+    retry_delay_seconds=10,
+    retry_condition_fn=_retry_if_transient,
+    cache_policy=NO_CACHE,
+    persist_result=False,
+)
+def compute_risk(
+    duckdb_path: str | None, as_of: dt.datetime | None = None, tariffs_path: str | None = None
+) -> RiskSummary:
+    """Recompute and publish ``analytics.demurrage_risk`` and its views as of ``as_of``."""
+    summary = publish_risk(duckdb_path, as_of=as_of, tariffs_path=tariffs_path)
+    get_run_logger().info(
+        "risk as of %s: %s", summary.as_of.isoformat(), ", ".join(
+            f"{k} {v}" for k, v in summary.levels.items()
+        )
+    )
+    return summary
+
+
+# -- publish ---------------------------------------------------------------------------------------
+
+
+def _read_table(path: Path, schema: str, name: str) -> pl.DataFrame | None:
+    """A whole published table or view, or None when it does not exist (e.g. first run)."""
+    with reading(path, retry_seconds=LOCK_RETRY_SECONDS) as con:
+        found = con.execute(
+            "SELECT count(*) FROM information_schema.tables "
+            "WHERE table_schema = ? AND table_name = ?",
+            [schema, name],
+        ).fetchone()
+        if not found or not found[0]:
+            return None
+        con.execute("SET TimeZone = 'UTC'")
+        df = pl.from_arrow(con.sql(f'SELECT * FROM {schema}."{name}"').arrow())
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
+def warehouse_counts(path: Path, tables: list[str]) -> dict[str, int]:
+    """Row counts of ``terminal49`` tables (0 for a table that does not exist)."""
+    out: dict[str, int] = {}
+    with reading(path, retry_seconds=LOCK_RETRY_SECONDS) as con:
+        have = {
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = ?",
+                [DATASET],
+            ).fetchall()
+        }
+        for t in tables:
+            row = con.execute(f'SELECT count(*) FROM {DATASET}."{t}"').fetchone() if t in have \
+                else (0,)
+            out[t] = int(row[0]) if row else 0
+    return out
+
+
+@dataclass
+class Published:
+    """What the publish task made: the at-risk rows (also printed by ``freetime run``)."""
+
+    at_risk: list[dict[str, Any]]
+    changes: dict[str, int] | None
+    reconciliation: list[Reconciliation]
+    markdown: str
+    table_artifact_id: str
+    markdown_artifact_id: str
+
+
+@task(name="publish-artifacts", cache_policy=NO_CACHE, persist_result=False)
+def publish_artifacts(
+    flow_name: str,
+    duckdb_path: str | None,
+    risk: RiskSummary,
+    load: LoadOutcome | None = None,
+    reconcile: bool = False,
+) -> Published:
+    """Table artifact of the at-risk containers (most urgent first) and the summary markdown:
+    counts per level, exposure by terminal, changes since the previous risk run and, for
+    ``reconcile``, warehouse row counts against the API's totals."""
+    path = resolve_duckdb_path(duckdb_path)
+    current = at_risk(path, levels=LEVELS)  # every published row: the changes need them all
+    rows = at_risk_rows(at_risk(path).to_dicts())
+    previous = _read_table(path, ANALYTICS_SCHEMA, "demurrage_risk_previous")
+    changes = risk_changes(previous, current) if previous is not None else None
+    exposure = _read_table(path, ANALYTICS_SCHEMA, "exposure_by_terminal")
+    recon: list[Reconciliation] = []
+    if reconcile and load is not None:
+        counts = warehouse_counts(path, list(RECONCILED_TABLES.values()))
+        recon = [
+            Reconciliation(
+                table=f"{DATASET}.{table}",
+                api_total=load.api_totals.get(kind, 0),
+                distinct_seen=load.distinct_seen.get(kind, 0),
+                warehouse_rows=counts[table],
+            )
+            for kind, table in RECONCILED_TABLES.items()
+        ]
+    markdown = summary_markdown(
+        SummaryInput(
+            flow=flow_name,
+            as_of=risk.as_of,
+            duckdb_path=path,
+            levels=dict(risk.levels),
+            rows=risk.rows,
+            accrued_demurrage=risk.accrued_demurrage,
+            projected_demurrage=risk.projected_demurrage,
+            projected_detention=risk.projected_detention,
+            uncosted=risk.uncosted,
+            at_risk=rows,
+            exposure_by_terminal=exposure.to_dicts() if exposure is not None else [],
+            changes=changes,
+            load_line=load.line() if load else None,
+            reconciliation=recon,
+        )
+    )
+    table_id = create_table_artifact(
+        rows,
+        key=AT_RISK_KEY,
+        description=f"Containers at risk of demurrage, most urgent first ({flow_name}, as of "
+        f"{risk.as_of.isoformat()})",
+    )
+    md_id = create_markdown_artifact(
+        markdown, key=SUMMARY_KEY, description=f"Demurrage risk summary ({flow_name})"
+    )
+    return Published(
+        at_risk=rows,
+        changes=dict(changes["counts"]) if changes else None,
+        reconciliation=recon,
+        markdown=markdown,
+        table_artifact_id=str(table_id),
+        markdown_artifact_id=str(md_id),
+    )
+
+
+# Exceptions whose message is written for the user: the CLI prints them as one line and the
+# console log filter drops Prefect's tracebacks for them.
+USER_FACING: tuple[type[BaseException], ...] = (
+    ConfigError,
+    LoadFailed,
+    WarehouseLocked,
+    WarehouseMissing,
+    WarehouseBusy,
+    TariffError,
+)
+
+
+def elapsed(started: float) -> float:
+    return round(time.perf_counter() - started, 3)
