@@ -21,9 +21,9 @@ import dlt
 import pyarrow as pa
 from dlt.sources import DltResource
 
-from pipelines.terminal49 import flatten, settings
+from pipelines.terminal49 import settings
 from pipelines.terminal49.client import Terminal49Client
-from pipelines.terminal49.scan import ListScan, Page, ProgressCallback
+from pipelines.terminal49.scan import ListScan, ProgressCallback
 
 _MERGE: Any = {"disposition": "merge", "strategy": "delete-insert"}
 _NEWEST_WINS: dict[str, Any] = {"fetched_at": {"dedup_sort": "desc", "data_type": "timestamp"}}
@@ -58,31 +58,23 @@ TABLE_HINTS: dict[str, dict[str, Any]] = {
 }
 
 
-def page_tables(page: Page, seen: set[tuple[str, str]] | None = None) -> dict[str, pa.Table]:
-    """Every table's rows from one page (a table with no rows is left out).
+def _unseen(table: pa.Table, seen: set[tuple[str, str]]) -> pa.Table | None:
+    """Rows of an included resource table not taken from an earlier page (``seen`` grows).
 
-    ``seen`` (shared across the pages of one load) skips included resources already taken from
-    an earlier page: the same terminal or shipment is included on many pages, and re-flattening
-    it would cost more than the page's own records. A list's own records are never skipped.
+    The same terminal or shipment is included on many pages; taking it once per load keeps
+    the batches small. A list's own records are never filtered this way.
     """
-    out: dict[str, pa.Table] = {}
-    if page.kind == "containers" and page.data:
-        out["containers"] = flatten.containers_table(page.data, page.fetched_at)
-        out["container_holds"] = flatten.holds_table(page.data)
-        out["container_fees"] = flatten.fees_table(page.data)
-    if page.kind == "shipments":
-        shipments = flatten.of_types(page.data, ("shipment",))
-    else:
-        shipments = flatten.of_types(page.included, ("shipment",), seen)
-    if shipments:
-        out["shipments"] = flatten.shipments_table(shipments, page.fetched_at)
-    terminals = flatten.of_types(page.included, settings.TERMINAL_TYPES, seen)
-    if terminals:
-        out["terminals"] = flatten.terminals_table(terminals, page.fetched_at)
-    ports = flatten.of_types(page.included, settings.PORT_TYPES, seen)
-    if ports:
-        out["ports"] = flatten.ports_table(ports, page.fetched_at)
-    return out
+    keep = []
+    for kind, rid in zip(table["type"].to_pylist(), table["id"].to_pylist(), strict=True):
+        key = (kind, rid)
+        keep.append(key not in seen)
+        seen.add(key)
+    if all(keep):
+        return table
+    return table.filter(pa.array(keep)) if any(keep) else None
+
+
+_INCLUDED = {"terminals", "ports"}
 
 
 class Batch(dict[str, list[pa.Table]]):
@@ -139,9 +131,12 @@ def terminal49_source(
         seen: set[tuple[str, str]] = set()
         for scan in scans:
             for page in scan():
-                for name, table in page_tables(page, seen).items():
-                    batch.setdefault(name, []).append(table)
-                records += len(page.data)
+                for name, table in page.tables.items():
+                    included = name in _INCLUDED or (name == "shipments" and page.kind != name)
+                    rows = _unseen(table, seen) if included else table
+                    if rows is not None:
+                        batch.setdefault(name, []).append(rows)
+                records += len(page.ids)
                 if records >= batch_records:
                     yield batch
                     batch, records = Batch(), 0
@@ -152,4 +147,4 @@ def terminal49_source(
     return [_table_resource(name, parent) for name in TABLE_HINTS]
 
 
-__all__ = ["TABLE_HINTS", "Terminal49Client", "page_tables", "terminal49_source"]
+__all__ = ["TABLE_HINTS", "Terminal49Client", "terminal49_source"]

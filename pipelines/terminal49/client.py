@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -29,6 +29,22 @@ from pipelines.terminal49 import settings
 from pipelines.terminal49._ratelimit import RollingWindowLimiter
 
 log = logging.getLogger("freetime.client")
+T = TypeVar("T")
+
+
+class UnreadableBody(Exception):
+    """Raised by a ``parse`` function for a body that is cut short or not JSON: retried."""
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The default parser: a JSON object, or UnreadableBody."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise UnreadableBody("unparseable body") from exc
+    if not isinstance(doc, dict):
+        raise UnreadableBody("body is not a JSON object")
+    return doc
 
 
 class Terminal49Error(Exception):
@@ -150,6 +166,14 @@ class Terminal49Client:
     # -- one request -------------------------------------------------------------------------
     def get_json(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """GET ``path`` (relative to the base URL) and return the parsed JSON document."""
+        return self.get(path, params, json_object)
+
+    def get(self, path: str, params: dict[str, Any] | None, parse: Callable[[bytes], T]) -> T:
+        """GET ``path`` and return ``parse(body)`` of the 200 answer.
+
+        ``parse`` runs in the calling thread; an :class:`UnreadableBody` it raises (a truncated
+        answer) is retried like a dropped connection.
+        """
         attempt = 0
         limited = 0
         while True:
@@ -166,15 +190,10 @@ class Terminal49Client:
                 status = response.status_code
                 if status == 200:
                     try:
-                        doc = orjson.loads(body)
-                    except orjson.JSONDecodeError:
+                        return parse(body)
+                    except UnreadableBody as exc:
                         attempt += 1
-                        reason = "unparseable body"
-                    else:
-                        if isinstance(doc, dict):
-                            return doc
-                        attempt += 1
-                        reason = "body is not a JSON object"
+                        reason = str(exc)
                 elif status == 429:
                     limited += 1
                     self.stats.add(rate_limited=1, retries=1)
@@ -206,18 +225,22 @@ class Terminal49Client:
 
     # -- many pages ----------------------------------------------------------------------------
     def get_many(
-        self, path: str, param_sets: Iterable[dict[str, Any]]
-    ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        self,
+        path: str,
+        param_sets: Iterable[dict[str, Any]],
+        parse: Callable[[bytes], T],
+    ) -> Iterator[tuple[dict[str, Any], T]]:
         """GET ``path`` once per parameter set, ``concurrency`` at a time; yield in given order.
 
-        At most ``2 * concurrency`` answers are held in memory at once.
+        ``parse`` runs in the worker threads. At most ``2 * concurrency`` answers are held in
+        memory at once.
         """
         window = 2 * self.concurrency
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="t49") as pool:
-            pending: list[tuple[dict[str, Any], Future[dict[str, Any]]]] = []
+            pending: list[tuple[dict[str, Any], Future[T]]] = []
             try:
                 for params in param_sets:
-                    pending.append((params, pool.submit(self.get_json, path, params)))
+                    pending.append((params, pool.submit(self.get, path, params, parse)))
                     if len(pending) >= window:
                         params0, fut = pending.pop(0)
                         yield params0, fut.result()

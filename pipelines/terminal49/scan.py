@@ -10,6 +10,7 @@ downstream (the newest fetch wins on merge); a missing record is not.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,28 +18,11 @@ from typing import Any
 
 from pipelines.terminal49 import settings
 from pipelines.terminal49.client import Terminal49Client
+from pipelines.terminal49.pages import ParsedPage, parse_page
 
 
 class ScanIncomplete(Exception):
     """Reconciliation could not find every record ``meta.total`` promised."""
-
-
-@dataclass
-class Page:
-    """One fetched page: which list, the JSON:API document, when it arrived (UTC)."""
-
-    kind: str
-    doc: dict[str, Any]
-    fetched_at: dt.datetime
-
-    @property
-    def data(self) -> list[dict[str, Any]]:
-        data = self.doc.get("data") or []
-        return data if isinstance(data, list) else [data]
-
-    @property
-    def included(self) -> list[dict[str, Any]]:
-        return self.doc.get("included") or []
 
 
 @dataclass
@@ -57,8 +41,12 @@ class ScanStats:
 ProgressCallback = Callable[[ScanStats], None]
 
 
+def _parse_now(kind: str, body: bytes) -> ParsedPage:
+    return parse_page(body, kind, dt.datetime.now(dt.UTC))
+
+
 class ListScan:
-    """Scan ``path`` page by page; iterate to get :class:`Page` objects."""
+    """Scan ``path`` page by page; iterate to get each page parsed and flattened."""
 
     def __init__(
         self,
@@ -78,6 +66,7 @@ class ListScan:
         self.max_reconcile_passes = max_reconcile_passes
         self.on_page = on_page
         self.stats = ScanStats(kind=kind)
+        self._parse = functools.partial(_parse_now, kind)
 
     def _params(self, number: int) -> dict[str, Any]:
         params: dict[str, Any] = {"page[number]": number, "page[size]": self.page_size}
@@ -85,42 +74,42 @@ class ListScan:
             params["include"] = self.include
         return params
 
-    def _page(self, doc: dict[str, Any]) -> Page:
-        page = Page(self.stats.kind, doc, dt.datetime.now(dt.UTC))
+    def _fetch(self, number: int) -> ParsedPage:
+        return self._page(self.client.get(self.path, self._params(number), self._parse))
+
+    def _page(self, page: ParsedPage) -> ParsedPage:
         s = self.stats
         s.pages += 1
-        s.records += len(page.data)
-        s.seen.update(str(r["id"]) for r in page.data if isinstance(r, dict) and "id" in r)
+        s.records += len(page.ids)
+        s.seen.update(page.ids)
         s.distinct = len(s.seen)
-        total = (doc.get("meta") or {}).get("total")
-        if isinstance(total, int):
-            s.total = total
+        if page.total is not None:
+            s.total = page.total
         if self.on_page:
             self.on_page(s)
         return page
 
-    def __iter__(self) -> Iterator[Page]:
-        first = self._page(self.client.get_json(self.path, self._params(1)))
+    def __iter__(self) -> Iterator[ParsedPage]:
+        first = self._fetch(1)
         yield first
-        size = (first.doc.get("meta") or {}).get("size") or self.page_size
-        n_pages = max(1, math.ceil(self.stats.total / size)) if self.stats.total else 1
-        if "next" in (first.doc.get("links") or {}) or n_pages > 1:
+        n_pages = max(1, math.ceil(self.stats.total / self.page_size)) if self.stats.total else 1
+        if first.has_next or n_pages > 1:
             rest = (self._params(n) for n in range(2, n_pages + 1))
-            for _, doc in self.client.get_many(self.path, rest):
-                yield self._page(doc)
+            for _, page in self.client.get_many(self.path, rest, self._parse):
+                yield self._page(page)
         yield from self._reconcile()
 
-    def _reconcile(self) -> Iterator[Page]:
+    def _reconcile(self) -> Iterator[ParsedPage]:
         """Re-read from the front until every promised record has been seen."""
         for _ in range(self.max_reconcile_passes):
             if self.stats.distinct >= self.stats.total:
                 return
             number = 1
             while self.stats.distinct < self.stats.total:
-                page = self._page(self.client.get_json(self.path, self._params(number)))
+                page = self._fetch(number)
                 self.stats.reconcile_pages += 1
                 yield page
-                if not page.data or "next" not in (page.doc.get("links") or {}):
+                if not page.ids or not page.has_next:
                     break
                 number += 1
         if self.stats.distinct < self.stats.total:
