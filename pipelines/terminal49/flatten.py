@@ -28,21 +28,8 @@ def _json_text(value: Any) -> str | None:
     return None if value is None else orjson.dumps(value).decode()
 
 
-def _typed_array(
-    name: str, values: list[Any] | pa.Array | pa.ChunkedArray, kind: pa.DataType | str
-) -> dict[str, pa.Array]:
-    """One column (or, for unparseable timestamps, the column plus ``<name>__raw``).
-
-    ``values`` is a list of JSON values or an Arrow array (the polars path); an array that
-    converts cleanly is cast in C++, anything else goes through the same per-value rules.
-    """
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    if isinstance(values, pa.Array):
-        fast = _cast_array(values, kind)
-        if fast is not None:
-            return {name: fast}
-        values = values.to_pylist()
+def _typed_array(name: str, values: list[Any], kind: pa.DataType | str) -> dict[str, pa.Array]:
+    """One column (or, for unparseable timestamps, the column plus ``<name>__raw``)."""
     if kind == settings.JSON:
         return {name: pa.array([_json_text(v) for v in values], pa.string())}
     assert isinstance(kind, pa.DataType)
@@ -64,31 +51,6 @@ def _typed_array(
             pass
     # A value of a type we cannot read as declared: keep it as text rather than lose it.
     return {f"{name}__raw": pa.array([_json_text(v) for v in values], pa.string())}
-
-
-def _cast_array(values: pa.Array, kind: pa.DataType | str) -> pa.Array | None:
-    """``values`` as ``kind`` when Arrow can cast it losslessly, else None."""
-    if kind == settings.JSON or not isinstance(kind, pa.DataType):
-        return None
-    if values.type == kind:
-        return values
-    if pa.types.is_null(values.type):
-        return pa.nulls(len(values), kind)
-    src = values.type
-    textual = pa.types.is_string(src) or pa.types.is_large_string(src)
-    numeric = pa.types.is_integer(src) or pa.types.is_floating(src)
-    ok = (
-        (pa.types.is_timestamp(kind) and textual)
-        or ((pa.types.is_string(kind) or pa.types.is_large_string(kind)) and textual)
-        or ((pa.types.is_floating(kind) or pa.types.is_integer(kind)) and (numeric or textual))
-        or (pa.types.is_boolean(kind) and pa.types.is_boolean(src))
-    )
-    if not ok:
-        return None
-    try:
-        return values.cast(kind)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        return None
 
 
 def _timestamps_one_by_one(name: str, values: list[Any], kind: pa.DataType) -> dict[str, pa.Array]:
