@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import calendar
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -207,18 +207,31 @@ class ZoneTable:
         off = pl.lit(self.offsets).gather(zone_idx * _N_HOURS + hour)
         return ((secs + off) // 86400).cast(pl.Int32).cast(pl.Date)
 
-    def local_date_hourly(self, ts: pl.Expr, zone_idx: pl.Expr) -> pl.Expr:
-        """:meth:`local_date` by one gather from the hourly date table (requires ``days``).
+    def hourly_dates(
+        self, first_us: int, last_us: int
+    ) -> Callable[[pl.Expr, pl.Expr], pl.Expr] | None:
+        """:meth:`local_date` as one gather from an hourly date table, for instants in
+        ``[first_us, last_us]`` (which the caller guarantees, e.g. from the data's min/max).
 
-        Only for instants inside the window (``WINDOW_START_US <= us < WINDOW_END_US``), which
-        the caller checks; within it the result equals :meth:`local_date` exactly, because with
-        whole-hour offsets the local date cannot change inside a UTC hour.
+        The table covers only the hours of that span (small, so the gather stays in cache).
+        None when it cannot be used: a zone with a non-whole-hour offset (the local date could
+        then change inside a UTC hour) or a span outside the window. Where it applies the result
+        equals :meth:`local_date` exactly.
         """
-        if self.days is None:
-            raise ValueError("some zone has a non-whole-hour offset; use local_date")
-        idx = ts.to_physical() // 3_600_000_000 + (zone_idx.cast(pl.Int64) * _N_HOURS
-                                                   - _START_HOUR)
-        return pl.lit(self.days).gather(idx).cast(pl.Date)
+        if self.days is None or first_us < WINDOW_START_US or last_us >= WINDOW_END_US:
+            return None
+        h0 = first_us // 3_600_000_000 - _START_HOUR
+        n = last_us // 3_600_000_000 - _START_HOUR - h0 + 1
+        table = pl.concat(
+            [self.days.slice(z * _N_HOURS + h0, n) for z in range(len(self.zones))]
+        ).rechunk()
+
+        def local_date(ts: pl.Expr, zone_idx: pl.Expr) -> pl.Expr:
+            idx = ts.to_physical() // 3_600_000_000 + (zone_idx.cast(pl.Int64) * n
+                                                       - (h0 + _START_HOUR))
+            return pl.lit(table).gather(idx).cast(pl.Date)
+
+        return local_date
 
     def today(self, as_of: datetime) -> dict[int, date]:
         """Local date at ``as_of`` for each zone index."""

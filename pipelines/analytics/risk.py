@@ -26,6 +26,7 @@ collecting the distinct zone names (a few values) before building the plan.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
@@ -38,8 +39,6 @@ from pipelines.analytics.calendars import (
     _EPOCH,
     _N_DAYS,
     _START_DAY,
-    WINDOW_END_US,
-    WINDOW_START_US,
     WorkingCalendar,
     ZoneTable,
     working_calendar,
@@ -147,12 +146,72 @@ def _gather(values: Sequence[object] | pl.Series, idx: pl.Expr, dtype: PolarsDTy
     return pl.lit(s.cast(dtype)).gather(idx)
 
 
-def _codes(names: Sequence[str]) -> Callable[[pl.Expr], pl.Expr]:
-    """Position of a String expression's value in ``names`` (UInt32; NULL if NULL or absent)."""
+def _codes(names: Sequence[str], complete: bool = False) -> Callable[[pl.Expr], pl.Expr]:
+    """Position of a String expression's value in ``names`` (UInt32; NULL if NULL or absent).
+
+    ``complete``: the expression holds no other values than ``names`` (and NULL); a few names
+    are then told apart by their 64-bit hashes when those differ (one hash per row instead of a
+    dictionary lookup).
+    """
     if not names:
         return lambda e: pl.lit(None, dtype=pl.UInt32)
+    hashes = pl.Series(list(names), dtype=pl.String).hash().to_list()
+    null_hash = pl.Series([None], dtype=pl.String).hash().item()
+    if complete and len(names) <= 8 and len({*hashes, null_hash}) == len(names) + 1:
+        def by_hash(e: pl.Expr) -> pl.Expr:
+            h = e.hash()
+            out: pl.Expr = pl.lit(None, pl.UInt32)
+            for i, v in reversed(list(enumerate(hashes))):
+                out = pl.when(h == v).then(pl.lit(i, pl.UInt32)).otherwise(out)
+            return out
+        return by_hash
     enum = pl.Enum(list(names))
     return lambda e: e.cast(enum, strict=False).to_physical()
+
+
+#: Set to a list to record ``(stage, wall s, cpu s)`` of the eager preparation (benchmarks).
+TIMINGS: list[tuple[str, float, float]] | None = None
+_last: list[float] = [0.0, 0.0]
+
+
+def _mark(stage: str | None) -> None:
+    if TIMINGS is None:
+        return
+    now = [time.perf_counter(), time.process_time()]
+    if stage is not None:
+        TIMINGS.append((stage, now[0] - _last[0], now[1] - _last[1]))
+    _last[:] = now
+
+
+#: Join on 64-bit hashes of the keys (verified against the strings; exact either way).
+HASH_JOIN = True
+
+
+def _row_indexes(pairs: Sequence[tuple[pl.Series, pl.Series]]) -> list[pl.Series]:
+    """For each ``(left, right)``: per value of ``left``, the row of ``right`` holding it.
+
+    NULL when absent or NULL; ``right``'s non-NULL values must be unique. Left joins (run in
+    parallel), on the strings' 64-bit hashes when those are unique on the right; every match is
+    then checked against the strings, and a mismatch (a hash collision) falls back to the join
+    on the strings themselves. Exact either way.
+    """
+    def join(lk: pl.Series, rk: pl.Series) -> pl.LazyFrame:
+        r = pl.DataFrame({"k": rk, "_i": pl.int_range(rk.len(), dtype=pl.UInt32, eager=True)})
+        return (pl.LazyFrame({"k": lk})
+                .join(r.lazy().drop_nulls("k"), on="k", how="left", maintain_order="left"))
+
+    def h(k: pl.Series) -> pl.Series:
+        return pl.select(pl.when(k.is_not_null()).then(k.hash())).to_series()
+
+    hashed = [HASH_JOIN and h(r).drop_nulls().n_unique() == r.drop_nulls().len()
+              for _, r in pairs]
+    plans = [join(h(lk), h(rk)) if ok else join(lk, rk)
+             for (lk, rk), ok in zip(pairs, hashed, strict=True)]
+    out = [df["_i"] for df in pl.collect_all(plans, engine="in-memory")]
+    for i, ((lk, rk), ok) in enumerate(zip(pairs, hashed, strict=True)):
+        if ok and not (lk == rk.gather(out[i])).fill_null(True).all():
+            out[i] = join(lk, rk).collect(engine="in-memory")["_i"]
+    return out
 
 
 # --- eager preparation: the small tables the row-level plan gathers from --------------------
@@ -204,6 +263,37 @@ class _Charge:
     #: when set: ``costs[row * width + days]`` for every row and 0 <= days < width
     width: int = 0
     costs: pl.Series | None = None
+    #: when set: the estimated LFD ``ends[row * n_days + day - first_day]`` for the clock
+    #: start days ``first_day .. first_day + n_days - 1``
+    ends: pl.Series | None = None
+    first_day: int = 0
+    n_days: int = 0
+
+    def use_days(self, cal: WorkingCalendar, days: Range) -> None:
+        """Tabulate :meth:`estimate` for clock starts in ``days`` (if the table stays small)."""
+        n, rows = days[1] - days[0] + 1, self.line.len()
+        if n <= 0 or rows == 0 or n * rows > MAX_COST_TABLE:
+            return
+        start = pl.int_range(days[0], days[1] + 1, dtype=pl.Int32, eager=True).cast(pl.Date)
+        grid = pl.DataFrame({
+            "_d": pl.int_range(rows, dtype=pl.UInt32, eager=True).repeat_by(n).explode(),
+            "_clock_start": pl.concat([start] * rows),
+        })
+        ends = grid.select(self.estimate(cal, pl.col("_clock_start"), pl.col("_d")))
+        self.ends = ends.to_series().rechunk()
+        self.first_day, self.n_days = days[0], n
+
+    def estimate(self, cal: WorkingCalendar, start: pl.Expr, idx: pl.Expr) -> pl.Expr:
+        """The LFD ``free_days`` (working or calendar) after ``start`` under tariff row ``idx``."""
+        if self.ends is not None:
+            return pl.lit(self.ends).gather(
+                idx.cast(pl.Int64) * self.n_days + start.cast(pl.Int64) - self.first_day)
+        free = self.at(self.free_days, idx)
+        return pl.when(start.is_not_null() & free.is_not_null()).then(
+            pl.when(self.at(self.working, idx))
+            .then(cal.add_working_days(start, free))
+            .otherwise((start.cast(pl.Int32) + free).cast(pl.Date))
+        )
 
     def at(self, s: pl.Series, idx: pl.Expr) -> pl.Expr:
         return _gather(s, idx, s.dtype)
@@ -365,14 +455,14 @@ def _ranges(
 
     today = (min(todays), max(todays))
     lfd = b("pickup_lfd_terminal", "pickup_lfd_rail", "ind_facility_lfd_on", "pickup_lfd_line")
-    est = _shifted(cal, b("pod_discharged_at", "ind_ata_at", "ind_rail_unloaded_at"),
-                   dem.free_min, dem.free_max)
+    clock = b("pod_discharged_at", "ind_ata_at", "ind_rail_unloaded_at")
+    est = _shifted(cal, clock, dem.free_min, dem.free_max)
     picked = b("pod_full_out_at", "final_destination_full_out_at")
     appt = b("pickup_appointment_at")
     appt = (max(appt[0], today[0]), appt[1])  # only appointments today or later are shown
     wd = [_add_working_days_py(cal, t, n) for t in todays for n in (1, HOLD_CLEAR_WORKING_DAYS)]
     r = {
-        "today": today, "lfd": lfd, "est": est, "picked": picked, "appt": appt,
+        "today": today, "lfd": lfd, "est": est, "clock": clock, "picked": picked, "appt": appt,
         "empty": b("empty_terminated_at"),
         "d": (lfd[0] - today[1], lfd[1] - today[0]) if lfd[0] <= lfd[1] else _EMPTY,
         "cost_lfd": _union(lfd, est),
@@ -449,6 +539,7 @@ def risk_plan(
     Runs the eager preparation (distinct zones, carriers and ports, value ranges, per-shipment
     and per-container aggregates); exposed for per-stage timing (``benchmarks/bench_risk.py``).
     """
+    _mark(None)
     fr = frames if isinstance(frames, WarehouseFrames) else WarehouseFrames.from_mapping(frames)
     if as_of.tzinfo is None:
         as_of = as_of.replace(tzinfo=UTC)
@@ -466,7 +557,7 @@ def risk_plan(
         ((pl.coalesce("pod_ata_at", "pod_eta_at") - col("pod_original_eta_at"))
          .dt.total_seconds() / 86400).round(1).alias("eta_slip_days"),
         col("line_tracking_stopped_at").is_not_null().alias("_line_stopped"),
-    ).unique("shipment_id", keep="first")
+    )
     term_q = fr.terminals.select(
         col("id").alias("pod_terminal_id"), col("name").alias("pod_terminal_name"),
         col("nickname").alias("pod_terminal_nickname"),
@@ -481,14 +572,20 @@ def risk_plan(
             col("name").filter(col("status") == "pending").alias("pending_holds"),
         )
     )
-    fees_q = fr.container_fees.group_by("container_id").agg(
-        col("amount").filter(col("type") != "total").sum().alias("_fees_sum"),
-        col("amount").filter(col("type") == "demurrage").sum().alias("_dem_sum"),
-        pl.len().alias("_fee_rows"),
+    fees_q = fr.container_fees.select(
+        "container_id",
+        pl.when(col("type") != "total").then(col("amount")).alias("_fees_sum"),
+        pl.when(col("type") == "demurrage").then(col("amount")).alias("_dem_sum"),
+    ).group_by("container_id").agg(
+        col("_fees_sum").sum(), col("_dem_sum").sum(), pl.len().alias("_fee_rows"),
     )
     nb_h, np_h = col("blocking_holds").list.len(), col("pending_holds").list.len()
     extra_q = holds_q.join(fees_q, on="container_id", how="full", coalesce=True).with_columns(
         _nb=nb_h.fill_null(0),
+        _fees_sum=col("_fees_sum").fill_null(0.0), _dem_sum=col("_dem_sum").fill_null(0.0),
+        _fee_rows=col("_fee_rows").fill_null(0),
+        blocking_holds=col("blocking_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
+        pending_holds=col("pending_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
         _holds_txt=pl.concat_str([
             pl.when(nb_h > 0).then(pl.concat_str(
                 pl.lit("; "), col("blocking_holds").list.join(", "), pl.lit(" hold"))),
@@ -509,12 +606,15 @@ def risk_plan(
     )
     cdf, sdf, tdf, edf, zdf, sts = pl.collect_all(
         [fr.containers, ship_q, term_q, extra_q, zone_q, stats_q], engine="in-memory")
+    _mark('prep: inputs, aggregates, distinct values')
     stats: dict[str, int | None] = sts.row(0, named=True)
+    if sdf["shipment_id"].n_unique() < sdf.height:  # duplicates: keep the first row of each
+        sdf = sdf.unique("shipment_id", keep="first")
 
     # zones: per-row codes into the sorted distinct names, mapped to ZoneTable indices
     zt = ZoneTable(zdf["z"].to_list())
     znames = sorted(z for z in zdf["z"].to_list() if z is not None)
-    zcode_raw = _codes(znames)
+    zcode_raw = _codes(znames, complete=True)
 
     def zcode(e: pl.Expr) -> pl.Expr:  # NULL when the name is NULL; 0 (UTC) when unknown
         return _gather([zt.index.get(z, 0) for z in znames], zcode_raw(e), pl.Int32)
@@ -533,7 +633,7 @@ def risk_plan(
         schema={"scac": pl.String, "port": pl.String, "equip": pl.String}, orient="row",
     ).with_row_index("_code")
     dem, det = _charge(tariffs, "demurrage", keys), _charge(tariffs, "detention", keys)
-    scac_code, port_code = _codes(scacs), _codes(ports)
+    scac_code, port_code = _codes(scacs, complete=True), _codes(ports, complete=True)
     n_port = len(ports) + 1
 
     # terminals: a handful of rows, gathered by code instead of joined
@@ -545,28 +645,40 @@ def risk_plan(
         (p or "" if src != "rail" else "") + f" ({src})"
         for p in place for src in ("line", "terminal", "rail")
     ]
+    _mark('prep: zones, tariff tables')
     rng = _ranges(stats, todays, cal, dem, det)
     ph = _phrases(rng)
     dem.use_width(_width((rng["today"], rng["cost_lfd"]), (rng["pickup"], rng["cost_lfd"])))
     det.use_width(_width((rng["det_end"], rng["det_lfd"])))
+    dem.use_days(cal, rng["clock"])
 
-    ship = sdf.lazy().with_columns(
+    _mark('prep: ranges, phrase tables')
+    ship = sdf.with_columns(
         _szi_pod=zcode(col("_s_pod_tz")), _szi_dest=zcode(col("_s_dest_tz")),
         _scac_c=scac_code(col("shipping_line_scac")),
         _pod_c=port_code(col("port_of_discharge_locode")),
         _dest_c=port_code(col("destination_locode")),
-    ).drop("_s_pod_tz", "_s_dest_tz")
-    c = (
-        cdf.lazy().rename({"id": "container_id", "number": "container_number"})
-        .join(ship, on="shipment_id", how="left")
-        .join(edf.lazy(), on="container_id", how="left")
-    )
+    ).drop("_s_pod_tz", "_s_dest_tz").rechunk()
+    # containers without holds or fees get the defaults row (no lists to fill per row)
+    edf = pl.concat([edf, pl.DataFrame([{
+        "blocking_holds": [], "pending_holds": [], "_fees_sum": 0.0, "_dem_sum": 0.0,
+        "_fee_rows": 0, "_nb": 0,
+    }], schema=edf.schema)]).rechunk()
+    _mark('prep: shipment codes')
+    s_idx, e_idx = _row_indexes(
+        [(cdf["shipment_id"], ship["shipment_id"]), (cdf["id"], edf["container_id"])])
+    e_idx = e_idx.fill_null(edf.height - 1)
+    _mark('prep: joins (row indexes)')
+    c = cdf.rename({"id": "container_id", "number": "container_number"}).hstack(
+        ship.drop("shipment_id").select(pl.all().gather(s_idx)).get_columns()
+        + edf.drop("container_id").select(pl.all().gather(e_idx)).get_columns()
+    ).lazy()
 
-    in_window = all(
-        (v is None or WINDOW_START_US <= v < WINDOW_END_US) for v in stats.values()
-    )
-    ld = zt.local_date_hourly if HOURLY_DATES and in_window and zt.days is not None \
-        else zt.local_date
+    _mark('prep: gathers')
+    lo = [v for k, v in stats.items() if k.endswith("_min") and v is not None]
+    hi = [v for k, v in stats.items() if k.endswith("_max") and v is not None]
+    hourly = zt.hourly_dates(min(lo), max(hi)) if HOURLY_DATES and lo and hi else None
+    ld = hourly or zt.local_date
     return c, _layers(as_of, cal, ld, zcode, todays, dem, det, len(scacs), n_port, tids, tdf,
                       place_src, ph)
 
@@ -597,13 +709,11 @@ def _layers(
         | col("current_status").is_in(["on_rail", "awaiting_inland_transfer"])
     ).fill_null(False)
     zi_fd_own = zcode(col("final_destination_timezone"))
-    fees_reported = col("fees_at_pod_terminal_known").fill_null(False) | (
-        col("_fee_rows").fill_null(0) > 0
-    )
+    fees_reported = col("fees_at_pod_terminal_known").fill_null(False) | (col("_fee_rows") > 0)
     dwell_end = pl.coalesce(
         "pod_full_out_at", "pod_rail_loaded_at", "pod_rail_departed_at", pl.lit(as_of, dtype=TS)
     )
-    nb = col("_nb").fill_null(0)
+    nb = col("_nb")
     layers.append(dict(
         _inland=inland,
         # zone NULL/unknown -> 0 (UTC); the port zone falls back to the shipment's, the
@@ -617,14 +727,11 @@ def _layers(
             for x in ("pod_full_out_at", "pod_rail_loaded_at", "pod_rail_departed_at")
         ),
         _term=_codes(tids)(col("pod_terminal_id")).fill_null(len(tids)),
-        _nb=nb,
-        blocking_holds=col("blocking_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
-        pending_holds=col("pending_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
         _reefer=(col("equipment_type") == "reefer").fill_null(False),
         _status_done=col("current_status").is_in(DONE_STATUSES).fill_null(False),
         ready_for_pickup=col("available_for_pickup").fill_null(False) & (nb == 0),
-        fees_reported=pl.when(fees_reported).then(col("_fees_sum").fill_null(0.0)),
-        demurrage_fee_reported=pl.when(fees_reported).then(col("_dem_sum").fill_null(0.0)),
+        fees_reported=pl.when(fees_reported).then(col("_fees_sum")),
+        demurrage_fee_reported=pl.when(fees_reported).then(col("_dem_sum")),
         dwell_days=pl.when(col("pod_discharged_at").is_not_null()).then(
             ((dwell_end - col("pod_discharged_at")).dt.total_seconds() / 86400).round(1)
         ),
@@ -685,17 +792,15 @@ def _layers(
     rel_term = ~done & ~col("_left_port")
     rel_rail = ~done & col("_inland")
     det_end = pl.coalesce("_return_date", "_today_pod")
+    ln, tn, rn = (col(x).is_not_null() for x in ("lfd_line", "lfd_terminal", "lfd_rail"))
     layers.append(dict(
         lfd_date=pl.min_horizontal(
             pl.when(rel_line).then(col("lfd_line")),
             pl.when(rel_term).then(col("lfd_terminal")),
             pl.when(rel_rail).then(col("lfd_rail")),
         ),
-        lfd_disagreement_days=pl.when(
-            pl.sum_horizontal(
-                col(x).is_not_null().cast(pl.Int32)
-                for x in ("lfd_line", "lfd_terminal", "lfd_rail")
-            ) >= 2
+        lfd_disagreement_days=pl.when(  # at least two of the three
+            (ln & tn) | (ln & rn) | (tn & rn)
         ).then(
             _days(
                 pl.max_horizontal("lfd_line", "lfd_terminal", "lfd_rail"),
@@ -739,7 +844,6 @@ def _layers(
     next_wd = [_add_working_days_py(cal, t, 1) for t in todays]
     hold_wd = [_add_working_days_py(cal, t, HOLD_CLEAR_WORKING_DAYS) for t in todays]
     cum_today = [int(cal.cum[min(max(t - _START_DAY, 0), _N_DAYS - 1)]) for t in todays]
-    free = dem.at(dem.free_days, col("_d"))
     layers.append(dict(
         today_local=today.cast(pl.Date),
         days_to_lfd=col("lfd_date").cast(pl.Int32) - today,
@@ -748,14 +852,8 @@ def _layers(
         .when(col("ready_for_pickup")).then(today.cast(pl.Date))
         .when(col("_nb") > 0).then(_gather(hold_wd, zb, pl.Int32).cast(pl.Date))
         .otherwise(_gather(next_wd, zb, pl.Int32).cast(pl.Date)),
-        lfd_estimated=pl.when(
-            col("lfd_date").is_null() & ~done & col("_clock_start").is_not_null()
-            & free.is_not_null()
-        ).then(
-            pl.when(dem.at(dem.working, col("_d")))
-            .then(cal.add_working_days(col("_clock_start"), free))
-            .otherwise((col("_clock_start").cast(pl.Int32) + free).cast(pl.Date))
-        ),
+        lfd_estimated=pl.when(col("lfd_date").is_null() & ~done).then(
+            dem.estimate(cal, col("_clock_start"), col("_d"))),
     ))
 
     # --- F: costs, level, reason ----------------------------------------------------------
