@@ -1,0 +1,166 @@
+"""compute_risk's fast paths (tables, hash joins, hourly dates) equal its generic paths.
+
+The fast paths apply when the data's value ranges are small (phrase, cost and LFD-estimate
+tables), when every zone has whole-hour offsets and every instant is inside the calendar window
+(hourly local dates), and when key hashes are unique (hash joins). Each is switched off here and
+the outputs compared on random data with NULLs, duplicates, odd zones and wide date ranges.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from pipelines.analytics import compute_risk, load_tariffs
+from pipelines.analytics import risk as R
+
+AS_OF = datetime(2025, 11, 14, 16, tzinfo=UTC)
+US = ["America/Los_Angeles", "America/New_York", "America/Chicago", "UTC", "Bad/Zone", None]
+ODD = ["Asia/Kolkata", "Pacific/Chatham"]  # offsets that are not whole hours
+TARIFFS = """\
+charge,carrier_scac,port_locode,equipment,free_days,free_basis,tiers,currency,source,as_of
+demurrage,,,dry,5,working,1-5:220;6+:280,USD,x,2021-01-01
+demurrage,,USLAX,dry,4,working,1-5:220.5;6+:280.25,USD,x,2021-01-01
+demurrage,,USNYC,,7,calendar,1-2:99.9;3-3:12.34;4-10:50;11+:1.1,EUR,x,2021-01-01
+demurrage,MAEU,,dry,,working,1-4:235;5-9:285;10+:335,USD,x,2019-01-01
+demurrage,MSCU,,,0,working,1-1:1;2-3:0.1;4+:0.3,CAD,x,2019-01-01
+detention,,,,4,calendar,1-4:150;5+:200,USD,x,2021-01-01
+detention,,USCHI,,2,working,1+:77.7,USD,x,2021-01-01
+"""
+
+
+def _rnd(seed: int, mod: int) -> pl.Expr:
+    return (pl.int_range(pl.len()).hash(seed) % mod).cast(pl.Int64)
+
+
+def _pick(seed: int, values: list[object]) -> pl.Expr:
+    return pl.lit(pl.Series(values)).gather(_rnd(seed, len(values)))
+
+
+def _ts(seed: int, nulls: int = 3, wide: bool = False) -> pl.Expr:
+    """Random instants (any second) in Oct-Dec 2025; ``wide``: 1 in 40 in 1965-2060."""
+    base = int(datetime(2025, 10, 1, tzinfo=UTC).timestamp())
+    secs = pl.lit(base) + _rnd(seed, 80 * 86400)
+    if wide:
+        far = pl.lit(int(datetime(1965, 1, 1, tzinfo=UTC).timestamp())) + _rnd(
+            seed + 1, 95 * 365 * 86400)
+        secs = pl.when(_rnd(seed + 2, 40) == 0).then(far).otherwise(secs)
+    ts = (secs * 1_000_000).cast(pl.Datetime("us", "UTC"))
+    return pl.when(_rnd(seed + 3, nulls) != 0).then(ts) if nulls else ts
+
+
+def _frames(n: int, zones: list[str | None], wide: bool) -> dict[str, pl.LazyFrame]:
+    c = pl.select(i=pl.int_range(n)).with_columns(
+        id=pl.format("c{}", "i"), number=pl.format("N{}", "i"),
+        shipment_id=pl.when(_rnd(1, 20) > 0).then(pl.format("s{}", _rnd(2, n // 2 + 20))),
+        pod_terminal_id=_pick(3, ["t0", "t1", "t2", "tx", None]),
+        equipment_type=_pick(4, ["dry", "reefer", None]),
+        current_status=_pick(5, ["available", "on_rail", "awaiting_inland_transfer",
+                                 "picked_up", "delivered", "empty_returned", None]),
+        pod_timezone=_pick(6, zones), final_destination_timezone=_pick(7, [*zones, None, None]),
+        empty_terminated_timezone=_pick(8, [*zones, None]),
+        pod_rail_carrier_scac=pl.when(_rnd(9, 8) == 0).then(pl.lit("UPRR")),
+        available_for_pickup=_pick(10, [True, False, None]),
+        availability_known=_pick(11, [True, False, None]),
+        fees_at_pod_terminal_known=_pick(13, [True, False, None]),
+        pickup_lfd_terminal=_ts(20, 4, wide), pickup_lfd_rail=_ts(24),
+        pickup_lfd_line=_ts(28, 2, wide), ind_facility_lfd_on=_ts(32, 6),
+        pickup_appointment_at=_ts(36, 2, wide), pod_discharged_at=_ts(40, 5, wide),
+        pod_full_out_at=pl.when(_rnd(47, 4) == 0).then(_ts(44, 0, wide)),
+        final_destination_full_out_at=pl.when(_rnd(48, 6) == 0).then(_ts(49, 0)),
+        empty_terminated_at=pl.when(_rnd(52, 8) == 0).then(_ts(53, 0, wide)),
+        terminal_checked_at=_ts(56, 10),
+        pod_rail_departed_at=pl.when(_rnd(64, 10) == 0).then(_ts(65, 0)),
+        ind_ata_at=pl.when(_rnd(72, 10) == 0).then(_ts(73, 0)),
+    ).drop("i")
+    s = pl.select(i=pl.int_range(n // 2)).with_columns(
+        id=pl.format("s{}", _rnd(80, n // 2)),  # duplicate shipment ids
+        bill_of_lading_number=pl.format("BL{}", "i"),
+        shipping_line_scac=_pick(81, ["MAEU", "maeu", "MSCU", None, "HLCU"]),
+        port_of_discharge_locode=_pick(82, ["USLAX", "USNYC", "USHOU", None, "USCHI"]),
+        destination_locode=_pick(83, [None, None, "USCHI", "USNYC"]),
+        pod_timezone=_pick(85, zones), destination_timezone=_pick(86, zones),
+        pod_eta_at=_ts(87, 5), pod_ata_at=_ts(90, 2), pod_original_eta_at=_ts(93, 5),
+        line_tracking_stopped_at=pl.when(_rnd(97, 7) == 0).then(_ts(98, 0)),
+    ).drop("i")
+    h = pl.select(i=pl.int_range(n // 4)).select(
+        container_id=pl.format("c{}", _rnd(100, n + 10)),
+        name=_pick(101, ["customs", "USDA", "TMF", None]),
+        status=_pick(102, ["hold", "pending", "released", None]),
+    )
+    f = pl.select(i=pl.int_range(n // 2)).select(
+        container_id=pl.format("c{}", _rnd(110, n // 3)),
+        type=_pick(111, ["demurrage", "total", "exam", None]),
+        amount=pl.when(_rnd(112, 9) > 0).then(_rnd(113, 10**7).cast(pl.Float64) / 7),
+    )
+    t = pl.DataFrame({"id": ["t0", "t1", "t2", "t0"], "name": ["Zero", "One", None, "Dup"],
+                      "nickname": ["Z", None, None, "D"], "firms_code": ["Y0", "Y1", None, "YD"]})
+    return {"containers": c.lazy(), "shipments": s.lazy(), "container_holds": h.lazy(),
+            "container_fees": f.lazy(), "terminals": t.lazy()}
+
+
+@pytest.fixture(scope="module")
+def tariffs(tmp_path_factory: pytest.TempPathFactory) -> pl.DataFrame:
+    p: Path = tmp_path_factory.mktemp("tariffs") / "t.csv"
+    p.write_text(TARIFFS)
+    return load_tariffs(p)
+
+
+def _generic(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(R, "MAX_PHRASE_TABLE", 0)
+    monkeypatch.setattr(R, "MAX_COST_TABLE", 0)
+    monkeypatch.setattr(R, "HOURLY_DATES", False)
+    monkeypatch.setattr(R, "HASH_JOIN", False)
+
+
+@pytest.mark.parametrize(("zones", "wide", "as_of"), [
+    (US, False, AS_OF),  # every fast path
+    (US, False, datetime(2025, 3, 9, 10, 30, tzinfo=UTC)),  # DST change day
+    (US, True, AS_OF),  # instants outside the window: local_date formula
+    (US + ODD, False, AS_OF),  # half-hour zones: local_date formula
+    (US + ODD, True, datetime(2012, 3, 11, 7, tzinfo=UTC)),
+])
+def test_fast_paths_equal_generic(
+    monkeypatch: pytest.MonkeyPatch, tariffs: pl.DataFrame,
+    zones: list[str | None], wide: bool, as_of: datetime,
+) -> None:
+    frames = _frames(3000, zones, wide)
+    fast = compute_risk(frames, as_of, tariffs).collect()
+    assert fast.height == 3000
+    with monkeypatch.context() as m:
+        _generic(m)
+        generic = compute_risk(frames, as_of, tariffs).collect()
+    assert_frame_equal(fast, generic, check_exact=True)
+
+
+def test_hourly_dates_used_only_inside_window() -> None:
+    zt = R.ZoneTable(["America/Chicago"])
+    inside = int(datetime(2025, 1, 1, tzinfo=UTC).timestamp() * 1e6)
+    outside = int(datetime(2050, 1, 1, tzinfo=UTC).timestamp() * 1e6)
+    assert zt.hourly_dates(inside, inside + 3_600_000_000) is not None
+    assert zt.hourly_dates(inside, outside) is None
+    assert R.ZoneTable(["Asia/Kolkata"]).hourly_dates(inside, inside) is None
+
+
+def test_hash_join_falls_back_to_strings(monkeypatch: pytest.MonkeyPatch) -> None:
+    left = pl.Series(["a", "b", None, "c", "a"])
+    right = pl.Series(["c", None, "a", "x"])
+    expect = [2, None, None, 0, 2]
+    assert R._row_indexes([(left, right)])[0].to_list() == expect
+    monkeypatch.setattr(R, "HASH_JOIN", False)
+    assert R._row_indexes([(left, right)])[0].to_list() == expect
+
+
+def test_hash_collision_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A left value hashing like a different right value must not match it."""
+    def weak_hash(s: pl.Series, *args: object, **kwargs: object) -> pl.Series:
+        return s.str.len_bytes().cast(pl.UInt64)  # "q" collides with "a"
+
+    monkeypatch.setattr(pl.Series, "hash", weak_hash)
+    left = pl.Series(["a", "q", "xyz", None])
+    right = pl.Series(["xyz", "a"])
+    assert R._row_indexes([(left, right)])[0].to_list() == [1, None, 0, None]
