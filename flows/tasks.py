@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -70,6 +71,17 @@ LOCK_RETRY_SECONDS = 30.0
 LOAD_RETRY_DELAYS = [30.0, 120.0]
 # Lists that the reconcile flow checks against the API's meta.total, and their tables.
 RECONCILED_TABLES = {"containers": "containers", "shipments": "shipments"}
+
+
+class _DropArrowHintNoise(logging.Filter):
+    """dlt warns on every Arrow table whose nullability differs from its schema: in a served
+    run that is hundreds of lines of noise (freetime_cli._common filters it for the CLI)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "when merging arrow schema with dlt schema" not in record.getMessage()
+
+
+_dlt_filter = _DropArrowHintNoise()
 
 
 class WarehouseBusy(Exception):
@@ -241,6 +253,8 @@ def load_account(
     ``ConfigError`` (no key), ``LoadFailed`` (the previous load stays) or ``WarehouseLocked``.
     """
     logger = get_run_logger()
+    if _dlt_filter not in logging.getLogger("dlt").filters:
+        logging.getLogger("dlt").addFilter(_dlt_filter)
     api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit_per_minute)
     logger.info("loading %s from %s into %s", "the account", api.base_url, duckdb_path)
     scans: dict[str, ScanStats] = {}

@@ -1,0 +1,126 @@
+"""prefect.yaml is valid and is what `freetime serve` serves (schedules, limit, not paused)."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flows.deployments import PREFECT_YAML, DeploymentConfigError, read_deployments
+
+REPO = Path(__file__).resolve().parents[1]
+EXPECTED = {
+    "freetime-sync": ("sync", "0 * * * *"),
+    "freetime-reconcile": ("reconcile", "30 2 * * *"),
+}
+
+
+def test_prefect_yaml_passes_prefects_own_validation() -> None:
+    import yaml
+    from prefect.cli.deploy._models import PrefectYamlModel  # what `prefect deploy` uses
+
+    model = PrefectYamlModel.model_validate(yaml.safe_load(PREFECT_YAML.read_text()))
+    assert {d.name for d in model.deployments} == set(EXPECTED)
+    assert all(d.concurrency_limit == 1 for d in model.deployments)
+
+
+def test_deployments_load_with_schedules_and_limit() -> None:
+    specs = {s.name: s for s in read_deployments()}
+    assert set(specs) == set(EXPECTED)
+    for name, (flow_name, cron) in EXPECTED.items():
+        spec = specs[name]
+        assert spec.load_flow().name == flow_name
+        assert [s.cron for s in spec.schedules] == [cron]
+        assert spec.concurrency_limit == 1
+        deployment = spec.to_runner_deployment()
+        assert deployment.name == name and deployment.concurrency_limit == 1
+        assert [s.schedule.cron for s in deployment.schedules] == [cron]  # type: ignore[union-attr]
+        assert all(s.active for s in deployment.schedules)
+        assert not {"api_key", "key"} & set(inspect.signature(spec.load_flow().fn).parameters)
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("deployments: []", "declares no deployments"),
+        ("deployments:\n  - name: x\n", "needs a name and an entrypoint"),
+        ("deployments:\n  - {name: x, entrypoint: 'flows/sync.py:sync', foo: 1}", "unsupported"),
+        ("deployments:\n  - {name: x, entrypoint: 'flows/sync.py:sync', schedules: [{}]}",
+         "exactly one of cron"),
+        ("deployments:\n  - {name: x, entrypoint: 'flows/sync.py:sync', concurrency_limit: 0}",
+         "positive integer"),
+        ("deployments: [", "not valid YAML"),
+    ],
+)
+def test_bad_deployment_files_are_refused_plainly(
+    tmp_path: Path, body: str, message: str
+) -> None:
+    path = tmp_path / "prefect.yaml"
+    path.write_text(body)
+    with pytest.raises(DeploymentConfigError, match=message):
+        read_deployments(path)
+
+
+def _deployments(client: Any) -> dict[str, Any]:
+    """The expected deployments that exist, by name (``flow/deployment`` lookups)."""
+    from prefect.exceptions import ObjectNotFound
+
+    found = {}
+    for name, (flow_name, _) in EXPECTED.items():
+        with contextlib.suppress(ObjectNotFound):
+            found[name] = client.read_deployment_by_name(f"{flow_name}/{name}")
+    return found
+
+
+def test_freetime_serve_registers_the_deployments_and_leaves_schedules_active(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TERMINAL49_", "FREETIME_"))}
+    env["PREFECT_API_URL"] = str(PREFECT_API_URL.value())
+    env["PREFECT_HOME"] = str(tmp_path / ".prefect")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "freetime_cli.main", "serve"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        with get_client(sync_client=True) as client:
+            while time.monotonic() < deadline and proc.poll() is None:
+                found = _deployments(client)
+                if len(found) == len(EXPECTED):
+                    break
+                time.sleep(0.5)
+            assert proc.poll() is None, proc.communicate()
+            found = _deployments(client)
+            assert set(found) == set(EXPECTED)
+            for name, (_, cron) in EXPECTED.items():
+                d = found[name]
+                assert [s.schedule.cron for s in d.schedules] == [cron]
+                assert all(s.active for s in d.schedules) and not d.paused
+                limit = d.global_concurrency_limit
+                assert limit is not None and limit.limit == 1, d
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, stderr = proc.communicate()
+    assert "Prefect UI: " in stderr and "pause_on_shutdown=False" in stderr
+    assert "Traceback" not in stderr
+    with get_client(sync_client=True) as client:
+        after = _deployments(client)
+    for d in after.values():  # stopping did not pause anything
+        assert not d.paused and all(s.active for s in d.schedules)

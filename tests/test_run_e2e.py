@@ -1,0 +1,74 @@
+"""`freetime run` as a new user runs it: an empty folder, no API key, no Prefect set up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+
+AS_OF = "2026-11-20T12:00:00Z"
+
+
+def _clean_env(tmp_path: Path) -> dict[str, str]:
+    """The user's environment minus anything of this project or of Prefect; a private
+    PREFECT_HOME so the user's own Prefect database is never touched."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TERMINAL49_", "FREETIME_", "PREFECT_"))}
+    env["PREFECT_HOME"] = str(tmp_path / ".prefect")
+    env["COLUMNS"] = "200"
+    return env
+
+
+def _freetime(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+              timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "freetime_cli.main", *args],
+        cwd=tmp_path, env=env or _clean_env(tmp_path), capture_output=True, text=True,
+        timeout=timeout,
+    )
+
+
+def test_freetime_run_in_an_empty_folder_without_a_key(tmp_path: Path) -> None:
+    result = _freetime(tmp_path, "run", "--as-of", AS_OF, "--limit", "0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    err_lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert any("embedded sandbox" in line for line in err_lines), result.stderr
+    # Prefect's console chatter is cut to warnings: no INFO lines, no tracebacks.
+    assert not [line for line in err_lines if "| INFO" in line], result.stderr
+    assert "Traceback" not in result.stderr
+
+    out = result.stdout
+    assert "At-risk containers" in out and "reason" in out and "projected" in out
+    assert "risk as of 2026-11-20 12:00 UTC: overdue" in out
+    timing = next(line for line in out.splitlines() if line.startswith("timing: "))
+    for part in ("prefect start", "load", "risk", "publish", "total"):
+        assert f"{part} " in timing
+
+    warehouse = tmp_path / "data" / "freetime.duckdb"
+    assert warehouse.exists()
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        tables = {(s, t) for s, t in con.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables").fetchall()}
+        for t in ("containers", "shipments", "container_holds", "container_fees", "terminals",
+                  "ports"):
+            assert ("terminal49", t) in tables
+        for t in ("demurrage_risk", "at_risk_containers", "exposure_by_terminal",
+                  "lfd_calendar", "containers_wide"):
+            assert ("analytics", t) in tables
+        assert con.execute("SELECT count(*) FROM terminal49.containers").fetchone() == (500,)
+        first = con.execute(
+            "SELECT container_number FROM analytics.at_risk_containers ORDER BY urgency_rank"
+        ).fetchone()
+        n_at_risk = con.execute("SELECT count(*) FROM analytics.at_risk_containers").fetchone()
+    assert first is not None and first[0] in out
+    assert n_at_risk is not None and f"At-risk containers ({n_at_risk[0]})" in out
+
+
+def test_freetime_run_bad_input_is_one_line(tmp_path: Path) -> None:
+    result = _freetime(tmp_path, "run", "--as-of", "next tuesday", timeout=60)
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0 and "--as-of" in result.stderr
+    assert "Traceback" not in result.stderr
