@@ -1,0 +1,296 @@
+"""Read the risk picture for notebooks and the report: brief read-only connections only.
+
+Every read goes through :func:`pipelines.warehouse.reading` (short, read-only, lock-aware): the
+data is copied into polars and the connection is closed before any chart is drawn, so an open
+notebook never blocks a load for longer than one query.
+
+``as_of=None`` reads the published ``analytics.demurrage_risk`` (what ``freetime risk`` or the
+``sync`` flow last wrote). Any other instant recomputes the risk in memory from the
+``terminal49`` tables with :func:`pipelines.analytics.compute_risk`: nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipelines.analytics import AT_RISK_LEVELS, LEVELS, compute_risk, load_tariffs, read_warehouse
+from pipelines.config import ANALYTICS_SCHEMA, DATASET, default_duckdb_path
+from pipelines.warehouse import WarehouseMissing, reading
+
+ACTIVE = pl.col("risk_level") != "done"
+CALENDAR_DAYS = 14
+
+
+@dataclass(frozen=True)
+class RiskData:
+    """One container per row (``analytics.demurrage_risk`` columns) and where it came from."""
+
+    risk: pl.DataFrame
+    as_of: datetime
+    source: str  # "published" or "computed"
+    duckdb_path: Path
+
+    @property
+    def today(self) -> date:
+        """The local date at ``as_of`` (the most common ``today_local``; UTC date if none)."""
+        return risk_today(self.risk, self.as_of)
+
+    @property
+    def currency(self) -> str:
+        """The currency of the costed rows (joined if several; USD when nothing is costed)."""
+        return currency_label(self.risk)
+
+    def filtered(self, **criteria: Iterable[str] | None) -> RiskData:
+        """The same picture restricted by :func:`filter_risk` criteria."""
+        return RiskData(filter_risk(self.risk, **criteria), self.as_of, self.source,
+                        self.duckdb_path)
+
+
+def _path(duckdb_path: str | Path | None) -> Path:
+    return Path(duckdb_path) if duckdb_path else default_duckdb_path()
+
+
+def _utc(as_of: datetime) -> datetime:
+    return (as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def _tables(con: Any, schema: str) -> set[str]:
+    rows = con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = ?", [schema]
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def published_as_of(duckdb_path: str | Path | None = None) -> datetime | None:
+    """The ``as_of`` of the published risk table, or None when nothing was published."""
+    with reading(_path(duckdb_path)) as con:
+        if "demurrage_risk" not in _tables(con, ANALYTICS_SCHEMA):
+            return None
+        con.execute("SET TimeZone = 'UTC'")
+        row = con.execute(f"SELECT max(as_of) FROM {ANALYTICS_SCHEMA}.demurrage_risk").fetchone()
+    value = row[0] if row else None
+    return _utc(value) if isinstance(value, datetime) else None
+
+
+def load_risk(
+    duckdb_path: str | Path | None = None,
+    as_of: datetime | None = None,
+    tariffs_path: str | Path | None = None,
+) -> RiskData:
+    """The risk rows: published (``as_of=None``) or recomputed in memory at ``as_of``.
+
+    With ``as_of=None`` and nothing published yet, the risk is computed at the current time.
+    Raises ``WarehouseMissing`` (no file or no ``terminal49.containers``) or ``WarehouseLocked``.
+    """
+    path = _path(duckdb_path)
+    if as_of is None:
+        with reading(path) as con:
+            if "demurrage_risk" in _tables(con, ANALYTICS_SCHEMA):
+                con.execute("SET TimeZone = 'UTC'")
+                df = con.sql(f"SELECT * FROM {ANALYTICS_SCHEMA}.demurrage_risk").pl()
+                stamp = df["as_of"].max() if df.height else None
+                when = _utc(stamp) if isinstance(stamp, datetime) else datetime.now(UTC)
+                return RiskData(df, when, "published", path)
+        as_of = datetime.now(UTC)
+    when = _utc(as_of)
+    tariffs = load_tariffs(tariffs_path)
+    with reading(path) as con:
+        if "containers" not in _tables(con, DATASET):
+            raise WarehouseMissing(
+                f"the warehouse {path} has no {DATASET}.containers table: run `freetime load` first"
+            )
+        frames = read_warehouse(con)  # eager copies: the connection can close now
+    df = compute_risk(frames, when, tariffs).collect(engine="in-memory")
+    return RiskData(df, when, "computed", path)
+
+
+def query(duckdb_path: str | Path | None, sql: str,
+          params: Sequence[object] | None = None) -> pl.DataFrame:
+    """Run one read-only query on a brief connection; the result as a polars frame."""
+    with reading(_path(duckdb_path)) as con:
+        con.execute("SET TimeZone = 'UTC'")
+        return con.sql(sql, params=list(params) if params else None).pl()
+
+
+# ---- pure helpers on the risk frame ---------------------------------------------------------
+
+def risk_today(risk: pl.DataFrame, as_of: datetime) -> date:
+    if risk.height and "today_local" in risk.columns:
+        mode = risk["today_local"].drop_nulls().mode()
+        if mode.len():
+            return mode.sort()[0]  # type: ignore[no-any-return]
+    return _utc(as_of).date()
+
+
+def currency_label(risk: pl.DataFrame) -> str:
+    if "currency" not in risk.columns:
+        return "USD"
+    found = sorted(risk["currency"].drop_nulls().unique().to_list())
+    return "/".join(found) if found else "USD"
+
+
+def options(risk: pl.DataFrame, column: str) -> list[str]:
+    """Distinct non-null values of ``column``, sorted: the choices for a filter."""
+    if column not in risk.columns:
+        return []
+    return sorted(str(v) for v in risk[column].drop_nulls().unique().to_list())
+
+
+FILTER_COLUMNS = {
+    "ports": "port_of_discharge_locode",
+    "terminals": "pod_terminal_name",
+    "carriers": "shipping_line_scac",
+    "customers": "customer_name",
+    "levels": "risk_level",
+}
+
+
+def filter_risk(risk: pl.DataFrame, **criteria: Iterable[str] | None) -> pl.DataFrame:
+    """Keep rows whose column is in the chosen values; an empty or None choice keeps all.
+
+    Keywords: ``ports``, ``terminals``, ``carriers``, ``customers``, ``levels``.
+    """
+    unknown = set(criteria) - set(FILTER_COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown filter(s) {', '.join(sorted(unknown))}; "
+                         f"use {', '.join(FILTER_COLUMNS)}")
+    out = risk
+    for key, values in criteria.items():
+        chosen = list(values or [])
+        if chosen:
+            out = out.filter(pl.col(FILTER_COLUMNS[key]).is_in(chosen))
+    return out
+
+
+def _exposure(risk: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """The ``exposure_by_*`` views, in polars (so they also work for computed as-ofs)."""
+    c = pl.col
+    return (
+        risk.group_by(keys)
+        .agg(
+            containers=ACTIVE.sum(),
+            overdue=(c("risk_level") == "overdue").sum(),
+            due_today=(c("risk_level") == "due_today").sum(),
+            imminent=(c("risk_level") == "imminent").sum(),
+            unknown=(c("risk_level") == "unknown").sum(),
+            accrued_demurrage=c("accrued_demurrage").filter(ACTIVE).sum(),
+            projected_demurrage=c("projected_demurrage").filter(ACTIVE).sum(),
+            projected_detention=c("projected_detention").sum(),
+            uncosted=(ACTIVE & ~c("costed").fill_null(False)).sum(),
+        )
+        .with_columns(c("containers", "overdue", "due_today", "imminent", "unknown",
+                        "uncosted").cast(pl.Int64))
+        .sort(["overdue", "projected_demurrage"], descending=True, nulls_last=True)
+    )
+
+
+def exposure_by_terminal(risk: pl.DataFrame) -> pl.DataFrame:
+    return _exposure(risk, ["port_of_discharge_locode", "pod_terminal_name"])
+
+
+def exposure_by_carrier(risk: pl.DataFrame) -> pl.DataFrame:
+    return _exposure(risk, ["shipping_line_scac"])
+
+
+def lfd_calendar(risk: pl.DataFrame, today: date, days: int = CALENDAR_DAYS) -> pl.DataFrame:
+    """Active boxes whose binding LFD falls on each of the next ``days`` days (today first)."""
+    c = pl.col
+    grid = pl.DataFrame(
+        {"lfd_date": [today + timedelta(days=i) for i in range(days)]},
+        schema={"lfd_date": pl.Date},
+    )
+    counts = (
+        risk.filter(ACTIVE & c("lfd_date").is_not_null())
+        .group_by("lfd_date")
+        .agg(
+            boxes=pl.len(),
+            ready=c("ready_for_pickup").fill_null(False).sum(),
+            on_hold=(c("blocking_holds").list.len() > 0).sum(),
+            with_appointment=c("pickup_appointment_at").is_not_null().sum(),
+            projected_demurrage=c("projected_demurrage").sum(),
+            uncosted=(~c("costed").fill_null(False)).sum(),
+        )
+    )
+    return (
+        grid.join(counts, on="lfd_date", how="left")
+        .with_columns(
+            c("boxes", "ready", "on_hold", "with_appointment", "uncosted")
+            .fill_null(0).cast(pl.Int64),
+            c("projected_demurrage").fill_null(0.0).cast(pl.Float64),
+        )
+        .sort("lfd_date")
+    )
+
+
+def holds_breakdown(risk: pl.DataFrame) -> pl.DataFrame:
+    """Active containers per hold name and status (``blocking`` or ``pending``)."""
+    parts = []
+    for column, status in (("blocking_holds", "blocking"), ("pending_holds", "pending")):
+        parts.append(
+            risk.filter(ACTIVE)
+            .select(pl.col(column).alias("hold"), "container_id")
+            .explode("hold")
+            .drop_nulls("hold")
+            .unique()
+            .group_by("hold")
+            .agg(containers=pl.len().cast(pl.Int64))
+            .with_columns(status=pl.lit(status))
+        )
+    out = pl.concat(parts).select("hold", "status", "containers")
+    return out.sort(["containers", "hold"], descending=[True, False])
+
+
+def level_counts(risk: pl.DataFrame) -> pl.DataFrame:
+    """Containers per risk level, in urgency order (levels with none included)."""
+    counts = dict(risk.group_by("risk_level").len().iter_rows()) if risk.height else {}
+    return pl.DataFrame(
+        {"risk_level": list(LEVELS), "containers": [int(counts.get(lv, 0)) for lv in LEVELS],
+         "order": list(range(len(LEVELS)))},
+        schema={"risk_level": pl.String, "containers": pl.Int64, "order": pl.Int64},
+    )
+
+
+AT_RISK_COLUMNS = [
+    "risk_level", "container_number", "lfd_date", "lfd_source", "days_to_lfd",
+    "working_days_to_lfd", "ready_for_pickup", "blocking_holds", "pending_holds",
+    "pickup_appointment_at", "accrued_demurrage", "projected_demurrage", "pod_terminal_name",
+    "port_of_discharge_locode", "shipping_line_scac", "customer_name", "risk_reason",
+]
+
+
+def at_risk_table(risk: pl.DataFrame, levels: Sequence[str] = AT_RISK_LEVELS) -> pl.DataFrame:
+    """The at-risk rows, most urgent first (the ``at_risk_containers`` order), with reasons."""
+    c = pl.col
+    rank = {lv: i for i, lv in enumerate(LEVELS)}
+    return (
+        risk.filter(c("risk_level").is_in(list(levels)))
+        .with_columns(_rank=c("risk_level").replace_strict(rank, default=len(LEVELS)))
+        .sort(
+            ["_rank", "days_to_lfd", "ready_for_pickup", "projected_demurrage",
+             "container_number"],
+            descending=[False, False, True, True, False],
+            nulls_last=True,
+        )
+        .select([x for x in AT_RISK_COLUMNS if x in risk.columns])
+        .with_columns(c("blocking_holds").list.join(", "), c("pending_holds").list.join(", "))
+    )
+
+
+def summary(risk: pl.DataFrame) -> dict[str, float | int]:
+    """Headline numbers for active containers (costed rows only for money)."""
+    active = risk.filter(ACTIVE)
+    counts = dict(risk.group_by("risk_level").len().iter_rows()) if risk.height else {}
+    return {
+        "containers": risk.height,
+        "active": active.height,
+        **{lv: int(counts.get(lv, 0)) for lv in LEVELS},
+        "accrued_demurrage": float(active["accrued_demurrage"].sum() or 0.0),
+        "projected_demurrage": float(active["projected_demurrage"].sum() or 0.0),
+        "uncosted": int((~active["costed"].fill_null(False)).sum()),
+    }
