@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from freetime_cli import load_cmd, risk_cmd, run_cmd, serve_cmd
+from freetime_cli import load_cmd, report_cmd, risk_cmd, run_cmd, serve_cmd
 from sandbox import cli as sandbox_cli
 
 app = typer.Typer(
@@ -17,6 +17,7 @@ app = typer.Typer(
 app.add_typer(sandbox_cli.app, name="sandbox", help="The local Terminal49 sandbox server.")
 app.command("load")(load_cmd.load)
 app.command("risk")(risk_cmd.risk)
+app.command("report")(report_cmd.report)
 app.command("run")(run_cmd.run)
 app.command("serve")(serve_cmd.serve)
 

@@ -1,0 +1,54 @@
+"""`freetime report`: write the self-contained HTML risk report (opens offline in a browser)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from freetime_cli._common import console, fail
+
+
+def _parse_as_of(text: str) -> datetime:
+    """ISO 8601 date or date-time; a naive value is taken as UTC."""
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--as-of {text!r} is not an ISO 8601 date or date-time") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def report(
+    duckdb: Annotated[
+        Path | None,
+        typer.Option(help="Warehouse file [env FREETIME_DUCKDB; default data/freetime.duckdb]."),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="HTML file to write.")
+    ] = Path("data") / "report.html",
+    as_of: Annotated[
+        str | None,
+        typer.Option("--as-of", help="ISO instant to recompute the risk at, in memory (naive = "
+                     "UTC). Default: the published risk run."),
+    ] = None,
+) -> None:
+    """Write the demurrage risk report: summary, charts and the at-risk table in one HTML file."""
+    from pipelines.analytics import TariffError
+    from pipelines.config import default_duckdb_path
+    from pipelines.report import write_report
+    from pipelines.warehouse import WarehouseLocked, WarehouseMissing
+
+    path = duckdb or default_duckdb_path()
+    try:
+        when = _parse_as_of(as_of) if as_of else None
+        if out.exists() and out.is_dir():
+            raise ValueError(f"--out {out} is a directory; give a file name such as report.html")
+        if not path.exists():
+            raise WarehouseMissing(f"no warehouse at {path}: run `freetime load` first")
+        written = write_report(path, out, as_of=when)
+    except (ValueError, TariffError, WarehouseLocked, WarehouseMissing, OSError) as exc:
+        fail(str(exc))
+    console.print(f"report: wrote {written} ({written.stat().st_size / 1e6:.1f} MB); "
+                  f"open it in a browser (works offline)", highlight=False)
