@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import typer
 
-from freetime_cli import load_cmd, report_cmd, risk_cmd, run_cmd, serve_cmd
+from freetime_cli import (
+    documents_cmd,
+    load_cmd,
+    report_cmd,
+    risk_cmd,
+    run_cmd,
+    serve_cmd,
+    webhooks_cmd,
+)
 from sandbox import cli as sandbox_cli
 
 app = typer.Typer(
@@ -20,6 +28,8 @@ app.command("risk")(risk_cmd.risk)
 app.command("report")(report_cmd.report)
 app.command("run")(run_cmd.run)
 app.command("serve")(serve_cmd.serve)
+app.add_typer(webhooks_cmd.app, name="webhooks", help="Receive and apply Terminal49 webhooks.")
+app.add_typer(documents_cmd.app, name="documents", help="Upload documents; load document intake.")
 
 
 if __name__ == "__main__":

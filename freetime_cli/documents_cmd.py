@@ -1,0 +1,91 @@
+"""`freetime documents upload|sync`: direct upload of files, and the documents load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from freetime_cli._common import console, fail, out, quiet_logging
+from pipelines.config import ApiSettings, ConfigError
+from pipelines.warehouse import WarehouseLocked
+
+app = typer.Typer(no_args_is_help=True, help="Upload documents and load document intake.")
+
+
+@app.command("upload")
+def upload(
+    files: Annotated[list[Path], typer.Argument(help="Files to upload.")],
+    name: Annotated[
+        str | None, typer.Option(help="Document name (one file only; default: the file name).")
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="API base URL ending in /v2 [env TERMINAL49_BASE_URL].")
+    ] = None,
+) -> None:
+    """Upload files by direct upload and create a document for each."""
+    from pipelines.documents import (
+        DocumentsClient,
+        DuplicateDocument,
+        UploadFailed,
+        read_file,
+    )
+
+    if name is not None and len(files) > 1:
+        fail("--name applies to one file; upload the files one by one to name each")
+    if name is not None and not name.strip():
+        fail("--name must not be empty")
+    datas = []
+    for f in files:  # every file is checked before the first request
+        try:
+            datas.append(read_file(f))
+        except UploadFailed as exc:
+            fail(str(exc))
+    try:
+        api = ApiSettings.resolve(base_url=base_url)
+        client = DocumentsClient(api)
+    except ConfigError as exc:
+        fail(str(exc))
+    failures = 0
+    with client:
+        for f, data in zip(files, datas, strict=True):
+            try:
+                result = client.upload_bytes(data, f.name, name or f.name, path=f)
+            except DuplicateDocument as exc:
+                failures += 1
+                console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+                continue
+            except UploadFailed as exc:
+                failures += 1
+                console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+                continue
+            out.print(
+                f"{f}: document {result.document_id} ({result.byte_size} bytes, md5 "
+                f"{result.checksum}); extraction runs asynchronously",
+                highlight=False,
+            )
+    if failures:
+        raise typer.Exit(1)
+
+
+@app.command("sync")
+def sync(
+    duckdb: Annotated[
+        Path | None,
+        typer.Option(help="Warehouse file [env FREETIME_DUCKDB; default data/freetime.duckdb]."),
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="API base URL ending in /v2 [env TERMINAL49_BASE_URL].")
+    ] = None,
+) -> None:
+    """Load documents, email submissions and document representations into the warehouse."""
+    from pipelines.documents import sync_documents
+    from pipelines.load import LoadFailed
+
+    quiet_logging()
+    try:
+        rows = sync_documents(duckdb, ApiSettings.resolve(base_url=base_url))
+    except (ConfigError, LoadFailed, WarehouseLocked) as exc:
+        fail(str(exc))
+    out.print(", ".join(f"{t} {n}" for t, n in rows.items()), highlight=False)

@@ -1,0 +1,120 @@
+"""`freetime webhooks serve|apply`: receive signed notifications into the inbox, apply them."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from freetime_cli._common import console, fail, out, quiet_logging
+from pipelines.config import ApiSettings, ConfigError
+from pipelines.warehouse import WarehouseLocked
+
+app = typer.Typer(no_args_is_help=True, help="Receive Terminal49 webhooks and apply them.")
+
+
+@app.command("serve")
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0 = any free).")] = 8049,
+    secret: Annotated[
+        str | None,
+        typer.Option(
+            envvar="FREETIME_WEBHOOK_SECRET",
+            show_envvar=True,
+            help="The webhook's signing secret [env FREETIME_WEBHOOK_SECRET].",
+        ),
+    ] = None,
+    inbox: Annotated[
+        Path | None,
+        typer.Option(
+            help="Inbox file [env FREETIME_INBOX; default inbox.sqlite beside the warehouse]."
+        ),
+    ] = None,
+) -> None:
+    """Accept signed notifications (401 bad signature, 400 malformed) into the local inbox."""
+    import uvicorn
+
+    from pipelines.webhooks.inbox import default_inbox_path
+    from pipelines.webhooks.receiver import PATH, create_app
+
+    if not secret:
+        fail("no webhook secret: pass --secret or set FREETIME_WEBHOOK_SECRET")
+    inbox_path = inbox or default_inbox_path()
+    try:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    try:
+        web = create_app(secret, inbox_path)
+    except Exception as exc:  # inbox folder not writable, ...
+        fail(f"cannot open the inbox {inbox_path}: {exc}")
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"url: http://{shown}:{bound}{PATH}", flush=True)
+    print(f"inbox: {inbox_path}", flush=True)
+    config = uvicorn.Config(
+        web, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5
+    )
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+@app.command("apply")
+def apply(
+    duckdb: Annotated[
+        Path | None,
+        typer.Option(help="Warehouse file [env FREETIME_DUCKDB; default data/freetime.duckdb]."),
+    ] = None,
+    inbox: Annotated[
+        Path | None, typer.Option(help="Inbox file [env FREETIME_INBOX; default beside warehouse].")
+    ] = None,
+    reconcile: Annotated[
+        bool,
+        typer.Option("--reconcile", help="First pull missed notifications from the API."),
+    ] = False,
+    base_url: Annotated[
+        str | None, typer.Option(help="API base URL ending in /v2 [env TERMINAL49_BASE_URL].")
+    ] = None,
+) -> None:
+    """Apply the inbox's new notifications to the warehouse (idempotent)."""
+    from pipelines.load import LoadFailed
+    from pipelines.terminal49.client import Terminal49Client, Terminal49Error
+    from pipelines.webhooks.apply import apply_inbox
+    from pipelines.webhooks.inbox import default_inbox_path
+
+    quiet_logging()
+    if inbox is not None and not inbox.exists():
+        fail(f"no inbox at {inbox}")
+    try:
+        api = ApiSettings.resolve(base_url=base_url)
+    except ConfigError as exc:
+        fail(str(exc))
+    client = None
+    if api.api_key:
+        client = Terminal49Client(
+            api.base_url, api.api_key, rate_limit_per_minute=api.rate_limit_per_minute
+        )
+    elif reconcile:
+        fail("--reconcile needs an API key: set TERMINAL49_API_KEY")
+    else:
+        console.print(
+            "no API key: containers that notifications do not carry are left for the next load"
+        )
+    try:
+        summary = apply_inbox(
+            duckdb, inbox or default_inbox_path(duckdb), client, reconcile=reconcile
+        )
+    except (LoadFailed, WarehouseLocked, Terminal49Error, ConfigError) as exc:
+        fail(str(exc))
+    finally:
+        if client is not None:
+            client.close()
+    out.print(summary.line(), highlight=False)
+    if summary.unresolved:
+        console.print(f"unresolved notifications: {', '.join(summary.unresolved[:10])}")
+    sys.stdout.flush()

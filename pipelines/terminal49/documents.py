@@ -1,0 +1,207 @@
+"""dlt source for document intake: documents, email submissions and document representations.
+
+``documents_source(client)`` pages ``GET /documents`` (with the last representation and the
+email submission included) and ``GET /email_submissions`` (with their documents and those
+documents' representations), flattens each page into Arrow tables in the style of
+:mod:`.flatten`, and merges them on ``id`` with the newest fetch winning (``fetched_at``), as
+the account source does. A representation's ``payload`` is kept whole as JSON.
+
+The flatteners here are shared with :mod:`pipelines.webhooks.apply`, which writes the same
+tables from ``document.extracted`` notifications.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import dlt
+import pyarrow as pa
+from dlt.sources import DltResource
+
+from pipelines.terminal49 import flatten, settings
+from pipelines.terminal49.client import ApiError, Terminal49Client
+
+DOCUMENTS_PATH = "/documents"
+EMAIL_SUBMISSIONS_PATH = "/email_submissions"
+DOCUMENT_INCLUDE = "last_document_representation,email_submission"
+EMAIL_SUBMISSION_INCLUDE = "documents,documents.last_document_representation"
+MAX_PAGES = 10_000
+
+DOCUMENT_ATTRIBUTES: dict[str, pa.DataType | str] = {
+    "name": pa.string(),
+    "document_type": pa.string(),
+    "document_type_manual": pa.string(),
+    "classification_notes": pa.string(),
+    "source": pa.string(),
+    "file_name": pa.string(),
+    "file_content_type": pa.string(),
+    "file_size_bytes": pa.int64(),
+    "created_at": settings.TS,
+    "updated_at": settings.TS,
+}
+DOCUMENT_RELATIONSHIPS = ("account", "user", "email_submission", "last_document_representation")
+
+EMAIL_SUBMISSION_ATTRIBUTES: dict[str, pa.DataType | str] = {
+    "subject": pa.string(),
+    "body_preview": pa.string(),
+    "from": settings.JSON,
+    "to": settings.JSON,
+    "cc": settings.JSON,
+    "message_id": pa.string(),
+    "sent_at": settings.TS,
+    "created_at": settings.TS,
+    "updated_at": settings.TS,
+}
+EMAIL_SUBMISSION_RELATIONSHIPS = ("account", "user")
+
+REPRESENTATION_ATTRIBUTES: dict[str, pa.DataType | str] = {
+    "schema_version": pa.string(),
+    "payload": settings.JSON,
+    "created_at": settings.TS,
+    "updated_at": settings.TS,
+}
+
+_MERGE: Any = {"disposition": "merge", "strategy": "delete-insert"}
+
+
+def _hints(attributes: Mapping[str, pa.DataType | str]) -> dict[str, Any]:
+    json_cols = {k: {"data_type": "json"} for k, v in attributes.items() if v == settings.JSON}
+    return {
+        "write_disposition": _MERGE,
+        "primary_key": "id",
+        "columns": {"fetched_at": {"dedup_sort": "desc", "data_type": "timestamp"}, **json_cols},
+    }
+
+
+#: Table name -> dlt hints, like :data:`pipelines.terminal49.TABLE_HINTS`.
+DOCUMENT_TABLE_HINTS: dict[str, dict[str, Any]] = {
+    "documents": _hints(DOCUMENT_ATTRIBUTES),
+    "email_submissions": _hints(EMAIL_SUBMISSION_ATTRIBUTES),
+    "document_representations": _hints(REPRESENTATION_ATTRIBUTES),
+}
+
+
+def documents_table(records: Sequence[flatten.Resource], fetched_at: dt.datetime) -> pa.Table:
+    """One row per document: attributes, relationship ids, ``download_path`` (links.download)."""
+    cols = flatten._attribute_columns(records, DOCUMENT_ATTRIBUTES)
+    cols.update(flatten._relationship_ids(records, DOCUMENT_RELATIONSHIPS))
+    cols["download_path"] = pa.array(
+        [(r.get("links") or {}).get("download") for r in records], pa.string()
+    )
+    return flatten._table(records, cols, fetched_at)
+
+
+def email_submissions_table(
+    records: Sequence[flatten.Resource], fetched_at: dt.datetime
+) -> pa.Table:
+    cols = flatten._attribute_columns(records, EMAIL_SUBMISSION_ATTRIBUTES)
+    cols.update(flatten._relationship_ids(records, EMAIL_SUBMISSION_RELATIONSHIPS))
+    return flatten._table(records, cols, fetched_at)
+
+
+def representations_table(
+    records: Sequence[flatten.Resource],
+    fetched_at: dt.datetime,
+    document_ids: Mapping[str, str] | None = None,
+) -> pa.Table:
+    """Representations with their document's id (from the representation's own ``document``
+    relationship, else from the document whose ``last_document_representation`` it is)."""
+    cols = flatten._attribute_columns(records, REPRESENTATION_ATTRIBUTES)
+    own = flatten._relationship_ids(records, ("document",))["document_id"].to_pylist()
+    by_rep = document_ids or {}
+    cols["document_id"] = pa.array(
+        [o or by_rep.get(str(r["id"])) for o, r in zip(own, records, strict=True)], pa.string()
+    )
+    return flatten._table(records, cols, fetched_at)
+
+
+def representation_owners(documents: Sequence[flatten.Resource]) -> dict[str, str]:
+    """representation id -> document id, from documents' ``last_document_representation``."""
+    out: dict[str, str] = {}
+    for d in documents:
+        rel = ((d.get("relationships") or {}).get("last_document_representation") or {}).get("data")
+        if isinstance(rel, dict) and rel.get("id") is not None:
+            out[str(rel["id"])] = str(d["id"])
+    return out
+
+
+def document_tables(
+    resources: Sequence[flatten.Resource], fetched_at: dt.datetime
+) -> dict[str, pa.Table]:
+    """Every document, email submission and representation among ``resources``, as tables."""
+    docs = flatten.of_types(resources, ("document",))
+    emails = flatten.of_types(resources, ("email_submission",))
+    reps = flatten.of_types(resources, ("document_representation",))
+    tables: dict[str, pa.Table] = {}
+    if docs:
+        tables["documents"] = documents_table(docs, fetched_at)
+    if emails:
+        tables["email_submissions"] = email_submissions_table(emails, fetched_at)
+    if reps:
+        tables["document_representations"] = representations_table(
+            reps, fetched_at, representation_owners(docs)
+        )
+    return tables
+
+
+def _pages(
+    client: Terminal49Client, path: str, include: str | None, page_size: int
+) -> Iterator[dict[str, Any]]:
+    """Every page of a list, following ``links.next`` by page number; drops an include the
+    server rejects (400) rather than failing the sync."""
+    number = 1
+    while number <= MAX_PAGES:
+        params: dict[str, Any] = {"page[number]": number, "page[size]": page_size}
+        if include:
+            params["include"] = include
+        try:
+            doc = client.get_json(path, params)
+        except ApiError as exc:
+            if exc.status == 400 and include:
+                include = None
+                continue
+            raise
+        yield doc
+        data = doc.get("data") or []
+        if not (doc.get("links") or {}).get("next") or not data:
+            return
+        number += 1
+
+
+@dlt.source(name="terminal49_documents", max_table_nesting=0)
+def documents_source(
+    client: Terminal49Client,
+    page_size: int = settings.PAGE_SIZE,
+    include_email_submissions: bool = True,
+) -> list[DltResource]:
+    """Documents, email submissions and representations as dlt resources (key stays in client)."""
+    lists = [(DOCUMENTS_PATH, DOCUMENT_INCLUDE)]
+    if include_email_submissions:
+        lists.append((EMAIL_SUBMISSIONS_PATH, EMAIL_SUBMISSION_INCLUDE))
+
+    def batches() -> Iterator[dict[str, pa.Table]]:
+        for path, include in lists:
+            for doc in _pages(client, path, include, page_size):
+                data = doc.get("data") or []
+                data = data if isinstance(data, list) else [data]
+                included = doc.get("included") or []
+                resources = [r for r in [*data, *included] if isinstance(r, dict)]
+                tables = document_tables(resources, dt.datetime.now(dt.UTC))
+                if tables:
+                    yield tables
+
+    parent = dlt.resource(batches, name="document_pages", selected=False)
+
+    def table_resource(name: str) -> DltResource:
+        def pick(batch: dict[str, pa.Table]) -> Iterator[pa.Table]:
+            if name in batch:
+                yield batch[name]
+
+        return dlt.transformer(pick, name=name, data_from=parent, **DOCUMENT_TABLE_HINTS[name])
+
+    return [table_resource(name) for name in DOCUMENT_TABLE_HINTS]
+
+
+__all__ = ["DOCUMENT_TABLE_HINTS", "document_tables", "documents_source"]
