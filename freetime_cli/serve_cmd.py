@@ -46,6 +46,13 @@ def local_prefect_server(port: int) -> Iterator[str]:
         yield api_url
         return
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    # Leases on concurrency slots (the warehouse limit, each deployment's limit) live in the
+    # server's memory by default: a restart while a run holds one would leave the slot taken
+    # for good. On disk, the restarted server's repossessor frees them when they expire.
+    env.setdefault(
+        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE",
+        "prefect.server.concurrency.lease_storage.filesystem",
+    )
     env.pop("PREFECT_API_URL", None)
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
@@ -144,7 +151,7 @@ def _serve(specs: list[Any], api_url: str) -> None:
     console.print(
         "Ctrl+C stops serving; the schedules stay active (pause_on_shutdown=False): runs due "
         "while nothing serves them wait as Late and start when you serve again. Pause them in "
-        "the UI or with `prefect deployment pause` to stop them for good.",
+        "the UI or with `prefect deployment schedule pause` to stop them for good.",
         highlight=False,
         soft_wrap=True,
     )
