@@ -164,3 +164,23 @@ def test_hash_collision_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     left = pl.Series(["a", "q", "xyz", None])
     right = pl.Series(["xyz", "a"])
     assert R._row_indexes([(left, right)])[0].to_list() == [1, None, 0, None]
+
+
+def test_reason_without_holds_product_table(
+    monkeypatch: pytest.MonkeyPatch, tariffs: pl.DataFrame
+) -> None:
+    """Phrase tables small enough, but the holds x tail product not: holds as its own piece."""
+    frames = _frames(3000, US, False)
+    fast = compute_risk(frames, AS_OF, tariffs).collect()
+    seen: list[int] = []
+    product_size = R._reason_fast
+
+    def spy(ph: R._Phrases, place: list[str], holds: list[str], unknown: pl.Expr) -> pl.Expr:
+        seen.append(len(holds) * ph.tail.len())
+        return product_size(ph, place, holds, unknown)
+
+    monkeypatch.setattr(R, "_reason_fast", spy)
+    monkeypatch.setattr(R, "MAX_PHRASE_TABLE", 2000)
+    split = compute_risk(frames, AS_OF, tariffs).collect()
+    assert seen and seen[0] > 2000  # the product table was not built
+    assert_frame_equal(fast, split, check_exact=True)

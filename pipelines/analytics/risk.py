@@ -665,6 +665,10 @@ def risk_plan(
         "_fee_rows": 0, "_nb": 0,
     }], schema=edf.schema)]).rechunk()
     _mark('prep: shipment codes')
+    # the holds text as a code into its few distinct values (0: none)
+    holds_txt = sorted(t for t in edf["_holds_txt"].unique().to_list() if t)
+    edf = edf.with_columns(_hcode=(_codes(holds_txt)(col("_holds_txt")) + 1).fill_null(0))
+    edf = edf.drop("_holds_txt")
     s_idx, e_idx = _row_indexes(
         [(cdf["shipment_id"], ship["shipment_id"]), (cdf["id"], edf["container_id"])])
     e_idx = e_idx.fill_null(edf.height - 1)
@@ -680,7 +684,7 @@ def risk_plan(
     hourly = zt.hourly_dates(min(lo), max(hi)) if HOURLY_DATES and lo and hi else None
     ld = hourly or zt.local_date
     return c, _layers(as_of, cal, ld, zcode, todays, dem, det, len(scacs), n_port, tids, tdf,
-                      place_src, ph)
+                      place_src, ph, ["", *holds_txt])
 
 
 def _layers(
@@ -688,6 +692,7 @@ def _layers(
     zcode: Callable[[pl.Expr], pl.Expr],
     todays: Sequence[int], dem: _Charge, det: _Charge, n_scac: int, n_port: int,
     tids: Sequence[str], tdf: pl.DataFrame, place_src: Sequence[str], ph: _Phrases | None,
+    holds_txt: Sequence[str],
 ) -> list[dict[str, pl.Expr]]:
     """The row-level plan as successive ``with_columns`` layers (wide, so they run in parallel).
 
@@ -884,14 +889,21 @@ def _layers(
         projected_demurrage=pl.when(costed).then(dem.cost(proj_days, col("_d"))),
         projected_pickup_date=pl.when(~done).then(col("_pickup_date")),
         risk_level=_gather(LEVELS, level.cast(pl.UInt32), pl.String),
-        risk_reason=_reason_fast(ph, place_src, unknown) if ph is not None
+        risk_reason=_reason_fast(ph, place_src, holds_txt, unknown) if ph is not None
         else _reason_generic(tdf, unknown),
     ))
     return layers
 
 
-def _reason_fast(ph: _Phrases, place_src: Sequence[str], unknown: pl.Expr) -> pl.Expr:
-    """``risk_reason`` from gathered phrases: one concatenation of four pieces per row."""
+def _reason_fast(
+    ph: _Phrases, place_src: Sequence[str], holds_txt: Sequence[str], unknown: pl.Expr
+) -> pl.Expr:
+    """``risk_reason`` from gathered phrases: one concatenation of three pieces per row.
+
+    The pieces: the first phrase (one gather), the status or LFD place (one gather), and the
+    holds with the availability / appointment / stale tail (one gather from their product when
+    that table is small, else two pieces).
+    """
     col = pl.col
     done, d = col("_done"), col("days_to_lfd")
     first = (
@@ -930,12 +942,16 @@ def _reason_fast(ph: _Phrases, place_src: Sequence[str], unknown: pl.Expr) -> pl
     )
     stale = (col("stale") & ~done).cast(pl.Int64)
     tail = (avail * 2 + stale) * (ph.n_appt + 2) + appt
-    return pl.concat_str([
-        pl.lit(ph.first).gather(first),
-        mid,
-        pl.when(active).then(col("_holds_txt")),
-        pl.lit(ph.tail).gather(tail),
-    ], ignore_nulls=True)
+    holds = pl.when(active).then(col("_hcode")).otherwise(0).cast(pl.Int64)
+    n_tail = ph.tail.len()
+    if len(holds_txt) * n_tail <= MAX_PHRASE_TABLE:
+        tails = ph.tail.fill_null("").to_list()
+        product = pl.Series([(h + t) or None for h in holds_txt for t in tails], dtype=pl.String)
+        rest = [pl.lit(product).gather(holds * n_tail + tail)]
+    else:
+        rest = [_gather([t or None for t in holds_txt], holds, pl.String),
+                pl.lit(ph.tail).gather(tail)]
+    return pl.concat_str([pl.lit(ph.first).gather(first), mid, *rest], ignore_nulls=True)
 
 
 def _reason_generic(tdf: pl.DataFrame, unknown: pl.Expr) -> pl.Expr:
