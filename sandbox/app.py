@@ -23,9 +23,10 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sandbox.documents import DocumentStore
 from sandbox.faults import Fault, FaultInjector, FaultSpec
 from sandbox.model import Account
 from sandbox.render import (
@@ -35,6 +36,7 @@ from sandbox.render import (
     Renderer,
     iso,
 )
+from sandbox.webhooks import Builder, WebhookHub
 
 JSONAPI = "application/vnd.api+json"
 DEFAULT_PAGE_SIZE = 30
@@ -58,8 +60,18 @@ class SandboxState:
     faults: FaultSpec = field(default_factory=FaultSpec)
     advance_every: float = 0.0  # wall seconds between automatic advances; 0 = off
     advance_step: int = 3600  # sandbox seconds per automatic advance
+    webhook_backoff: float = 60.0  # seconds before the first retry (doubles, capped x64)
+    webhook_max_retries: int = 12
+    webhook_timeout: float = 10.0
+    webhook_concurrency: int = 20
+    document_delay: float = 30.0  # wall seconds until a submitted document is processed; 0=off
+    email_documents: int = -1  # seeded past emails at start; -1 = 3 + containers // 100 (<= 12)
+    emails_per_day: float = -1.0  # new emails per sandbox day on advance; -1 = containers / 500
     renderer: Renderer = field(init=False)
     injector: FaultInjector = field(init=False)
+    hub: WebhookHub = field(init=False)
+    builder: Builder = field(init=False)
+    docs: DocumentStore = field(init=False)
     requests: int = 0
     fault_counter: int = 0
     by_status: Counter[str] = field(default_factory=Counter)
@@ -69,6 +81,44 @@ class SandboxState:
     def __post_init__(self) -> None:
         self.renderer = Renderer(self.account)
         self.injector = FaultInjector(self.faults, self.account.seed)
+        self.hub = WebhookHub(self.account.seed, backoff=self.webhook_backoff,
+                              max_retries=self.webhook_max_retries,
+                              timeout=self.webhook_timeout, concurrency=self.webhook_concurrency)
+        self.builder = Builder(self.account, self.renderer)
+        self.docs = DocumentStore(self.account, self.renderer)
+        n = len(self.account.container_ids)
+        seeded = self.email_documents if self.email_documents >= 0 else min(12, 3 + n // 100)
+        if n:
+            self.docs.seed_emails(seeded)
+        if self.emails_per_day < 0:
+            self.emails_per_day = n / 500.0
+
+    def advance(self, seconds: int) -> tuple[int, int]:
+        """Advance the account and emit what a real account would: container and shipment
+        notifications for subscribed events, new emails, and processing of every pending
+        document (``document.extracted`` / ``document.extraction_failed``)."""
+        acct = self.account
+        changed, new = acct.advance(seconds)
+        if seconds <= 0:
+            return changed, new
+        old = acct.last_old_clock
+        wanted = self.hub.wanted()
+        if wanted:
+            for occ in self.builder.changes(old, acct.last_changed, acct.last_new, wanted):
+                self.hub.emit(occ)
+        if acct.container_ids and self.emails_per_day > 0:
+            self.docs.arrive(old, acct.clock, self.emails_per_day)
+        self.process_documents()
+        return changed, new
+
+    def process_documents(self, ids: list[str] | None = None) -> list[str]:
+        """Process pending documents (all or ``ids``), emit their events; returns their ids."""
+        out = []
+        for occ in self.docs.process(ids):
+            self.hub.emit(occ)
+            assert occ.document_id is not None
+            out.append(occ.document_id)
+        return out
 
     def reset_stats(self) -> None:
         """Zero the request statistics (not the fault sequence)."""
@@ -275,6 +325,18 @@ def create_app(state: SandboxState) -> ASGIApp:
                 return error_response(400, "Bad Request", str(e))
         return endpoint
 
+    def admin_async(fn: Callable[[Request], Awaitable[Response]]
+                    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            detail = check_auth(request.headers.get("authorization"), state.api_key)
+            if detail is not None:
+                return error_response(401, "Unauthorized", detail)
+            try:
+                return await fn(request)
+            except ValueError as e:
+                return error_response(400, "Bad Request", str(e))
+        return endpoint
+
     def clock_body() -> dict[str, Any]:
         return {"clock": iso(acct.clock)}
 
@@ -287,7 +349,7 @@ def create_app(state: SandboxState) -> ASGIApp:
         seconds = round(hours * 3600 + minutes * 60)
         if seconds < 0:
             raise ValueError("hours/minutes must not be negative")
-        changed, new = acct.advance(seconds)
+        changed, new = state.advance(seconds)
         return api_response({**clock_body(), "changed_containers": changed,
                              "new_containers": new})
 
@@ -330,13 +392,15 @@ def create_app(state: SandboxState) -> ASGIApp:
             async def ticker() -> None:
                 while True:
                     await asyncio.sleep(state.advance_every)
-                    acct.advance(state.advance_step)
+                    state.advance(state.advance_step)
             task = asyncio.create_task(ticker())
+        await state.hub.start()
         yield
         if task is not None:
             task.cancel()
+        await state.hub.stop()
 
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/v2/containers", guarded(list_containers), methods=["GET"]),
         Route("/v2/containers/{id}", guarded(get_container), methods=["GET"]),
         Route("/v2/containers/{id}/transport_events", guarded(container_events),
@@ -350,9 +414,17 @@ def create_app(state: SandboxState) -> ASGIApp:
         Route("/admin/stats", admin(admin_stats), methods=["GET"]),
         Route("/admin/stats/reset", admin(admin_stats_reset), methods=["POST"]),
     ]
+    routes += event_routes(state, admin_async)
     inner = Starlette(routes=routes, exception_handlers={HTTPException: html_404},
                       lifespan=lifespan)
     return V2Guard(inner, state)
+
+
+def event_routes(state: SandboxState, admin_async: Any) -> list[BaseRoute]:
+    """Routes of webhooks, notifications, direct upload, storage, documents (lazy import)."""
+    from sandbox.api_events import routes
+
+    return routes(state, admin_async)
 
 
 class V2Guard:

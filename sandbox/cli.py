@@ -53,6 +53,18 @@ def serve(
     advance_step_hours: float = typer.Option(1.0, min=0.0,
                                              help="Sandbox hours per automatic advance."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
+    webhook_backoff_seconds: float = typer.Option(
+        60.0, min=0.0, help="Delay before the first webhook retry (doubles per retry, x64 cap)."),
+    webhook_max_retries: int = typer.Option(12, min=0, help="Retries of a failed delivery."),
+    webhook_timeout_seconds: float = typer.Option(10.0, min=0.01,
+                                                  help="Timeout of one delivery attempt."),
+    webhook_concurrency: int = typer.Option(20, min=1, help="Deliveries in flight at most."),
+    document_delay_seconds: float = typer.Option(
+        30.0, min=0.0, help="Wall seconds until a submitted document is processed (0 = only on "
+                            "advance or POST /admin/documents/process)."),
+    email_documents: int = typer.Option(-1, help="Seeded past emails (-1 = by account size)."),
+    emails_per_day: float = typer.Option(-1.0, help="New emails per sandbox day on advance "
+                                                    "(-1 = containers / 500)."),
 ) -> None:
     """Serve a synthetic Terminal49 account over HTTP."""
     from sandbox.faults import FaultSpec, FaultSpecError
@@ -79,7 +91,13 @@ def serve(
     gc.freeze()
     state = SandboxState(account=account, api_key=api_key, rate_limit=rate_limit, faults=spec,
                          advance_every=advance_every,
-                         advance_step=round(advance_step_hours * 3600))
+                         advance_step=round(advance_step_hours * 3600),
+                         webhook_backoff=webhook_backoff_seconds,
+                         webhook_max_retries=webhook_max_retries,
+                         webhook_timeout=webhook_timeout_seconds,
+                         webhook_concurrency=webhook_concurrency,
+                         document_delay=document_delay_seconds,
+                         email_documents=email_documents, emails_per_day=emails_per_day)
     asgi = create_app(state)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose proto is TCP

@@ -101,6 +101,7 @@ _ETYPE_CUM = _cum(R.EQUIPMENT_TYPE_WEIGHTS)
 _ELEN_CUM = _cum(R.EQUIPMENT_LENGTH_WEIGHTS)
 _HOLD_CUM = _cum(R.HOLD_WEIGHTS)
 _POST_CUM = _cum((50, 35, 15))  # none, delivered, dropped
+_HOLD_OTHER = R.HOLD_NAMES.index("other")
 
 
 def derive_uuid(seed: int, kind: str, index: int | str) -> str:
@@ -219,6 +220,11 @@ class Account:
     daily_rate: float = 0.0  # new shipments per day on advance
     advances: int = 0
     refreshes: int = 0
+    # Set by :meth:`advance`: the clock before it, the changed existing containers and the new
+    # containers (indices). Read by the webhook emitter.
+    last_old_clock: int = 0
+    last_changed: list[int] = field(default_factory=list)
+    last_new: list[int] = field(default_factory=list)
 
     # ---- row access -------------------------------------------------------------------
     def crow(self, i: int) -> dict[str, int]:
@@ -274,6 +280,8 @@ class Account:
         refreshed at the new clock. New shipments (with new containers) are created with
         ``created_at`` in (old, new] at the account's daily rate.
         """
+        self.last_old_clock = self.clock
+        self.last_changed, self.last_new = [], []
         if seconds <= 0:
             return 0, 0
         old, new = self.clock, self.clock + seconds
@@ -299,6 +307,7 @@ class Account:
         for c in created:
             new_idx.extend(self._add_shipment(rng, "new", new, created_at=c))
         self._touch(changed)
+        self.last_changed, self.last_new = changed, new_idx
         if new_idx:
             self.move_to_front(new_idx)
             cr = self.shipments.column("created")
@@ -497,6 +506,10 @@ class Account:
             p = 0.35 if slot == 1 else 0.08
             if force_hold and slot == 1 or rng.random() < p:
                 kind = _pick(rng, _HOLD_CUM)
+                if slot == 2 and kind == r["h1_kind"] and kind != _HOLD_OTHER:
+                    # Hold names are distinct on a container except "other" (which repeats
+                    # with another description); shift without a new draw (same stream).
+                    kind = (kind + 1) % len(R.HOLD_NAMES)
                 blocking = 1 if (force_hold or rng.random() < 0.8) else 0
                 on = ata - _ri(rng, 0, 3 * DAY) // m * m
                 exam = kind in (1, 4)

@@ -19,6 +19,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,6 +29,72 @@ from typing import Any
 import httpx
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Received:
+    """One request a :class:`WebhookReceiver` got."""
+
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    status: int
+
+
+class WebhookReceiver:
+    """A tiny threaded HTTP/1.1 server on 127.0.0.1 that records every POST.
+
+    ``respond(path, headers, body) -> status`` decides the answer (default 200). Use as a
+    context manager; ``url(path)`` gives an address, ``requests`` the recorded list (thread-safe
+    appends).
+    """
+
+    def __init__(self, respond: Callable[[str, dict[str, str], bytes], int] | None = None,
+                 delay: float = 0.0) -> None:
+        self.respond = respond or (lambda path, headers, body: 200)
+        self.delay = delay
+        self.requests: list[Received] = []
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server API
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n)
+                headers = {k: v for k, v in self.headers.items()}
+                if outer.delay:
+                    time.sleep(outer.delay)
+                status = outer.respond(self.path, headers, body)
+                with outer._lock:
+                    outer.requests.append(Received(self.path, headers, body, status))
+                self.send_response(status)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 256
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, path: str = "/hook") -> str:
+        """``http://127.0.0.1:PORT{path}``."""
+        return f"http://127.0.0.1:{self.server.server_port}{path}"
+
+    def __enter__(self) -> WebhookReceiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class SandboxStartError(RuntimeError):
@@ -42,9 +111,16 @@ class SandboxProcess:
     def __init__(self, containers: int = 500, seed: int = 49, rate_limit: int = 0,
                  faults: str | None = None, clock: str | None = None,
                  api_key: str = "sandbox-key", host: str = "127.0.0.1",
-                 startup_timeout: float = 120.0, extra_args: list[str] | None = None) -> None:
+                 startup_timeout: float = 120.0, extra_args: list[str] | None = None,
+                 webhook_backoff: float | None = None, webhook_timeout: float | None = None,
+                 document_delay: float | None = None,
+                 emails_per_day: float | None = None) -> None:
         self.options = dict(containers=containers, seed=seed, rate_limit=rate_limit,
                             faults=faults, clock=clock, api_key=api_key, host=host)
+        self.event_options = {"--webhook-backoff-seconds": webhook_backoff,
+                              "--webhook-timeout-seconds": webhook_timeout,
+                              "--document-delay-seconds": document_delay,
+                              "--emails-per-day": emails_per_day}
         self.startup_timeout = startup_timeout
         self.extra_args = list(extra_args or [])
         self.base_url = ""
@@ -65,6 +141,9 @@ class SandboxProcess:
             cmd += ["--faults", str(o["faults"])]
         if o["clock"]:
             cmd += ["--clock", str(o["clock"])]
+        for flag, value in self.event_options.items():
+            if value is not None:
+                cmd += [flag, str(value)]
         return cmd + self.extra_args
 
     def start(self) -> SandboxProcess:
@@ -180,3 +259,87 @@ class SandboxProcess:
     def reset_stats(self) -> dict[str, Any]:
         """Zero the request statistics."""
         return self._admin("POST", "stats/reset")
+
+    # ---- webhooks ------------------------------------------------------------------------
+    def register_webhook(self, url: str, events: list[str] | None = None, active: bool = True,
+                         headers: list[dict[str, str]] | None = None) -> dict[str, Any]:
+        """``POST /v2/webhooks``; returns the ``webhook`` resource (``attributes.secret``)."""
+        attrs: dict[str, Any] = {"url": url, "active": active}
+        if events is not None:
+            attrs["events"] = events
+        if headers is not None:
+            attrs["headers"] = headers
+        resp = self.client.post(f"{self.base_url}/webhooks",
+                                json={"data": {"type": "webhook", "attributes": attrs}})
+        resp.raise_for_status()
+        out: dict[str, Any] = resp.json()["data"]
+        return out
+
+    def delete_webhook(self, webhook_id: str) -> None:
+        """``DELETE /v2/webhooks/{id}``."""
+        self.client.delete(f"{self.base_url}/webhooks/{webhook_id}").raise_for_status()
+
+    def deliveries(self, event: str | None = None) -> list[dict[str, Any]]:
+        """Every notification created so far (creation order), each the
+        ``webhook_notification`` resource with current ``delivery_status``, ``meta`` (attempts,
+        last_status_code, last_error, last_attempt_at, next_attempt_at), ``webhook_id`` and
+        ``body`` (the exact delivered body text)."""
+        params = {"event": event} if event else {}
+        out: list[dict[str, Any]] = self._admin("GET", "ground_truth/notifications",
+                                                **params)["notifications"]
+        return out
+
+    def deliver_pending(self, timeout: float = 30.0, due_only: bool = False) -> dict[str, Any]:
+        """Wait until every notification is delivered or failed (``due_only``: until no attempt
+        is due now); returns ``settled`` plus counts by status."""
+        return self._admin("POST", "webhooks/flush", timeout=timeout,
+                           due_only=str(due_only).lower())
+
+    def blast(self, count: int = 100, duplicates: float = 0.0, bad_signature: float = 0.0,
+              malformed: float = 0.0, seed: int = 0, webhook_id: str | None = None,
+              concurrency: int = 20) -> dict[str, Any]:
+        """``POST /admin/webhooks/blast``: deliver ``count`` valid notifications plus injected
+        faults to one webhook; returns the report (``valid_ids``, ``duplicate_ids``,
+        ``bad_signature_ids``, ``malformed_ids``, ``results``, ...)."""
+        params: dict[str, Any] = dict(count=count, duplicates=duplicates,
+                                      bad_signature=bad_signature, malformed=malformed,
+                                      seed=seed, concurrency=concurrency)
+        if webhook_id:
+            params["webhook_id"] = webhook_id
+        return self._admin("POST", "webhooks/blast", **params)
+
+    # ---- documents -----------------------------------------------------------------------
+    def process_documents(self, ids: list[str] | None = None) -> dict[str, Any]:
+        """Finish classification/extraction of pending documents now (emits their events)."""
+        params: list[tuple[str, str | int | float | bool | None]] = [("id", i)
+                                                                    for i in ids or []]
+        resp = self.client.post(f"{self.admin_url}/documents/process", params=params or None)
+        resp.raise_for_status()
+        out: dict[str, Any] = resp.json()
+        return out
+
+    def documents_truth(self) -> dict[str, Any]:
+        """Ground truth of documents, email submissions and representations."""
+        return self._admin("GET", "ground_truth/documents")
+
+    def upload_document(self, data: bytes, filename: str = "invoice.pdf",
+                        content_type: str = "application/pdf",
+                        name: str | None = None) -> httpx.Response:
+        """The whole direct-upload flow (blob, PUT, ``POST /documents``); returns the last
+        response (201, or 409 for duplicate content)."""
+        import base64
+        import hashlib
+
+        checksum = base64.b64encode(hashlib.md5(data).digest()).decode()  # noqa: S324
+        resp = self.client.post(f"{self.base_url}/rails/active_storage/direct_uploads",
+                                json={"blob": {"filename": filename,
+                                               "content_type": content_type,
+                                               "byte_size": len(data), "checksum": checksum}})
+        resp.raise_for_status()
+        blob = resp.json()
+        up = blob["direct_upload"]
+        put = httpx.put(up["url"], content=data, headers=up["headers"], timeout=60)
+        put.raise_for_status()
+        return self.client.post(f"{self.base_url}/documents", json={"data": {
+            "type": "document", "attributes": {"name": name or filename,
+                                               "attached_document": blob["signed_id"]}}})
