@@ -107,7 +107,7 @@ def breakdown(frames: dict[str, pl.LazyFrame], tariffs: pl.DataFrame) -> None:
     risk_module.TIMINGS = None
     print(f"{'prep total (compute_risk before collect)':44s} {ms(t0)}")
     t = clock()
-    df = joined.collect(engine="in-memory")
+    df = joined
     for k, layer in enumerate(layers):
         t = clock()
         df = df.with_columns(**layer)

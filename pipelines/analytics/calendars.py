@@ -188,13 +188,13 @@ class ZoneTable:
         names = ["UTC"] + sorted({z for z in zones if z and z != "UTC" and _valid_zone(z)})
         self.zones = names
         self.index = {z: i for i, z in enumerate(names)}
-        self.offsets = pl.concat([_zone_offsets(z) for z in names])
-        days = [_zone_days(z) for z in names]
-        #: local date per (zone, UTC hour) when every zone has whole-hour offsets, else None
-        self.days: pl.Series | None = (
-            None if any(d is None for d in days)
-            else pl.concat([d for d in days if d is not None]).rechunk()
-        )
+        #: per zone, the local date at each UTC hour (None: not a whole-hour zone)
+        self.days = [_zone_days(z) for z in names]
+
+    @functools.cached_property
+    def offsets(self) -> pl.Series:
+        """UTC offsets (seconds) of every zone at every UTC hour of the window, zone after zone."""
+        return pl.concat([_zone_offsets(z) for z in self.zones]).rechunk()
 
     def zone_index(self, zone: pl.Expr) -> pl.Expr:
         """Int32 index of a zone-name expression (UTC = 0 when NULL or unknown)."""
@@ -218,13 +218,12 @@ class ZoneTable:
         then change inside a UTC hour) or a span outside the window. Where it applies the result
         equals :meth:`local_date` exactly.
         """
-        if self.days is None or first_us < WINDOW_START_US or last_us >= WINDOW_END_US:
+        days = [d for d in self.days if d is not None]
+        if len(days) < len(self.days) or first_us < WINDOW_START_US or last_us >= WINDOW_END_US:
             return None
         h0 = first_us // 3_600_000_000 - _START_HOUR
         n = last_us // 3_600_000_000 - _START_HOUR - h0 + 1
-        table = pl.concat(
-            [self.days.slice(z * _N_HOURS + h0, n) for z in range(len(self.zones))]
-        ).rechunk()
+        table = pl.concat([d.slice(h0, n) for d in days]).rechunk()
 
         def local_date(ts: pl.Expr, zone_idx: pl.Expr) -> pl.Expr:
             idx = ts.to_physical() // 3_600_000_000 + (zone_idx.cast(pl.Int64) * n

@@ -19,9 +19,20 @@ The rules (also in ``pipelines/analytics/RISK_RULES.md``, which is the long form
 * ``stale``: terminal not checked for 7 days (or never) or line tracking stopped; shown, it does
   not change the level.
 
-Performance: every step is a vectorised expression. Local dates come from gathered per-zone
-offsets, working days from gathered cumulative counts (see ``calendars``); the only eager step is
-collecting the distinct zone names (a few values) before building the plan.
+Performance (``benchmarks/bench_risk.py --breakdown`` shows where the time goes):
+
+* Eager preparation (:func:`risk_plan`): the inputs are collected once, together with the
+  per-shipment columns, the holds/fees aggregates per container, the distinct zone names and the
+  min/max of the instants. Shipment and holds/fees rows are attached by row index (left joins on
+  64-bit key hashes, every match checked against the key strings) and only the needed columns
+  gathered. Zones, carriers, ports and terminals become small integer codes.
+* Row level: ``with_columns`` layers of integer arithmetic and gathers from small tables built
+  for the value ranges present: per-zone "today" constants, local dates from an hourly date table
+  (whole-hour zones, instants inside the calendar window; else per-zone offsets), tariff rows by
+  a dense (carrier, port, equipment) code, costs and estimated LFDs from (tariff row, days)
+  tables, and ``risk_reason`` from phrase tables (three pieces concatenated per row). When a
+  range is too wide for a table, the same quantity comes from the general formula instead (same
+  result, slower). Row blocks are evaluated in parallel.
 """
 
 from __future__ import annotations
@@ -524,16 +535,32 @@ def compute_risk(
     :func:`pipelines.analytics.load_tariffs` returns. Output columns: see RISK_RULES.md.
     """
     joined, layers = risk_plan(frames, as_of, tariffs)
-    for layer in layers:
-        joined = joined.with_columns(**layer)
-    return joined.select(OUTPUT_COLUMNS)
+
+    def rows(part: pl.DataFrame) -> pl.LazyFrame:
+        lf = part.lazy()
+        for layer in layers:
+            lf = lf.with_columns(**layer)
+        return lf.select(OUTPUT_COLUMNS)
+
+    # every layer is row-wise: row blocks run in parallel (one expression such as risk_reason
+    # would otherwise keep a single core busy while the others wait)
+    parts = max(1, min(PARTS, joined.height // MIN_PART_ROWS))
+    if parts == 1:
+        return rows(joined)
+    size = -(-joined.height // parts)
+    return pl.concat([rows(joined.slice(i * size, size)) for i in range(parts)], parallel=True)
+
+
+#: Row blocks compute_risk evaluates in parallel (at most; each of at least MIN_PART_ROWS).
+PARTS = pl.thread_pool_size()
+MIN_PART_ROWS = 100_000
 
 
 def risk_plan(
     frames: WarehouseFrames | Mapping[str, pl.LazyFrame],
     as_of: datetime,
     tariffs: pl.DataFrame,
-) -> tuple[pl.LazyFrame, list[dict[str, pl.Expr]]]:
+) -> tuple[pl.DataFrame, list[dict[str, pl.Expr]]]:
     """:func:`compute_risk` in parts: the joined containers and the ``with_columns`` layers.
 
     Runs the eager preparation (distinct zones, carriers and ports, value ranges, per-shipment
@@ -676,7 +703,7 @@ def risk_plan(
     c = cdf.rename({"id": "container_id", "number": "container_number"}).hstack(
         ship.drop("shipment_id").select(pl.all().gather(s_idx)).get_columns()
         + edf.drop("container_id").select(pl.all().gather(e_idx)).get_columns()
-    ).lazy()
+    )
 
     _mark('prep: gathers')
     lo = [v for k, v in stats.items() if k.endswith("_min") and v is not None]
