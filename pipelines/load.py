@@ -52,6 +52,8 @@ class LoadSummary:
     seconds: float = 0.0
     extract_seconds: float = 0.0
     load_id: str | None = None
+    #: seconds from the start of the scan at which each request was sent
+    request_times: list[float] = field(default_factory=list, repr=False)
 
     def table_counts_line(self) -> str:
         return ", ".join(f"{t} {n}" for t, n in self.rows.items())
@@ -131,6 +133,7 @@ def run_load(
     finally:
         client.close()
     summary.requests = client.stats.requests
+    summary.request_times = list(client.stats.sent_at)
     summary.retries = client.stats.retries
     summary.rate_limited = client.stats.rate_limited
     summary.pages = sum(s.pages for s in pages.values())

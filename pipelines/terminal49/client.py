@@ -76,12 +76,19 @@ class ClientStats:
     rate_limited: int = 0
     bytes: int = 0
     started: float = field(default_factory=time.monotonic)
+    #: seconds since ``started`` at which each request was sent (to measure budget use)
+    sent_at: list[float] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **counts: int) -> None:
         with self._lock:
             for name, value in counts.items():
                 setattr(self, name, getattr(self, name) + value)
+
+    def sent(self) -> None:
+        with self._lock:
+            self.requests += 1
+            self.sent_at.append(time.monotonic() - self.started)
 
     def rate_per_minute(self) -> float:
         elapsed = max(time.monotonic() - self.started, 1e-6)
@@ -178,7 +185,7 @@ class Terminal49Client:
         limited = 0
         while True:
             self.limiter.acquire()
-            self.stats.add(requests=1)
+            self.stats.sent()
             try:
                 response = self._http.get(path, params=params)
                 body = response.content  # reads the whole body: truncation raises here
