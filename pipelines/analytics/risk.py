@@ -600,12 +600,22 @@ def risk_plan(
         col("firms_code").alias("pod_terminal_firms_code"),
     ).unique("pod_terminal_id", keep="first", maintain_order=True).drop_nulls("pod_terminal_id")
     # holds: deduplicated and sorted once, so each list comes out unique and sorted
+    nb_h, np_h = col("blocking_holds").list.len(), col("pending_holds").list.len()
     holds_q = (
         fr.container_holds.filter(col("status").is_in(["hold", "pending"]))
         .unique(["container_id", "status", "name"]).sort("name")
         .group_by("container_id").agg(
             col("name").filter(col("status") == "hold").alias("blocking_holds"),
             col("name").filter(col("status") == "pending").alias("pending_holds"),
+        )
+        .with_columns(
+            _nb=nb_h,
+            _holds_txt=pl.concat_str([
+                pl.when(nb_h > 0).then(pl.concat_str(
+                    pl.lit("; "), col("blocking_holds").list.join(", "), pl.lit(" hold"))),
+                pl.when(np_h > 0).then(pl.concat_str(
+                    pl.lit("; "), col("pending_holds").list.join(", "), pl.lit(" pending"))),
+            ], ignore_nulls=True),
         )
     )
     fees_q = fr.container_fees.select(
@@ -615,19 +625,12 @@ def risk_plan(
     ).group_by("container_id").agg(
         col("_fees_sum").sum(), col("_dem_sum").sum(), pl.len().alias("_fee_rows"),
     )
-    nb_h, np_h = col("blocking_holds").list.len(), col("pending_holds").list.len()
     extra_q = holds_q.join(fees_q, on="container_id", how="full", coalesce=True).with_columns(
-        _nb=nb_h.fill_null(0),
+        _nb=col("_nb").fill_null(0),
         _fees_sum=col("_fees_sum").fill_null(0.0), _dem_sum=col("_dem_sum").fill_null(0.0),
         _fee_rows=col("_fee_rows").fill_null(0),
         blocking_holds=col("blocking_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
         pending_holds=col("pending_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
-        _holds_txt=pl.concat_str([
-            pl.when(nb_h > 0).then(pl.concat_str(
-                pl.lit("; "), col("blocking_holds").list.join(", "), pl.lit(" hold"))),
-            pl.when(np_h > 0).then(pl.concat_str(
-                pl.lit("; "), col("pending_holds").list.join(", "), pl.lit(" pending"))),
-        ], ignore_nulls=True),
     )
     zone_q = pl.concat([
         fr.containers.select(col(c).unique().alias("z"))
