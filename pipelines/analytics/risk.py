@@ -660,9 +660,6 @@ def risk_plan(
 
     todays = [(zt.today(as_of)[i] - _EPOCH).days for i in range(len(zt.zones))]
 
-    def per_zone(values: Sequence[int], zi: pl.Expr, dtype: PolarsDType) -> pl.Expr:
-        return _gather(values, zi, dtype)
-
     # tariff keys (carrier, port, equipment) as dense codes; one tariff row per code and charge
     scacs = sdf["shipping_line_scac"].drop_nulls().unique().sort().to_list()
     ports = (pl.concat([sdf["port_of_discharge_locode"], sdf["destination_locode"]])
