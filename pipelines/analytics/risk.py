@@ -228,9 +228,14 @@ def _row_indexes(pairs: Sequence[tuple[pl.Series, pl.Series]]) -> list[pl.Series
     plans = [join(h(lk), h(rk)) if ok else join(lk, rk)
              for (lk, rk), ok in zip(pairs, hashed, strict=True)]
     out = [df["_i"] for df in pl.collect_all(plans, engine="in-memory")]
-    for i, ((lk, rk), ok) in enumerate(zip(pairs, hashed, strict=True)):
-        if ok and not (lk == rk.gather(out[i])).fill_null(True).all():
-            out[i] = join(lk, rk).collect(engine="in-memory")["_i"]
+    checks = pl.collect_all([  # every hash match is a string match (in parallel)
+        pl.LazyFrame({"k": lk, "_i": i}).select(
+            (pl.col("k") == pl.lit(rk).gather(pl.col("_i"))).fill_null(True).all())
+        for (lk, rk), i in zip(pairs, out, strict=True)
+    ], engine="in-memory")
+    for n, ((lk, rk), ok) in enumerate(zip(pairs, hashed, strict=True)):
+        if ok and not checks[n].item():
+            out[n] = join(lk, rk).collect(engine="in-memory")["_i"]
     return out
 
 
