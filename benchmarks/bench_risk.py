@@ -10,6 +10,7 @@ real plan's time, where polars overlaps them.
 
 from __future__ import annotations
 
+import os
 import resource
 import sys
 import time
@@ -140,7 +141,8 @@ def main() -> None:
     rate = n / best
     print(f"rows: {n:,}  best of 3: {best:.3f} s  "
           f"rate: {rate:,.0f} rows/s (target {TARGET:,} rows/s: "
-          f"{'met' if rate >= TARGET else 'NOT met'})  peak RSS: {peak_mb:,.0f} MB")
+          f"{'met' if rate >= TARGET else 'NOT met'})  peak RSS: {peak_mb:,.0f} MB  "
+          f"load avg (1 min, {os.cpu_count()} cpus): {os.getloadavg()[0]:.2f}")
     print(out.group_by("risk_level").len().sort("risk_level"))
     if "--breakdown" in sys.argv:
         breakdown(frames, tariffs)
