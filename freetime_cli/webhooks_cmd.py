@@ -45,7 +45,10 @@ def serve(
         fail("no webhook secret: pass --secret or set FREETIME_WEBHOOK_SECRET")
     inbox_path = inbox or default_inbox_path()
     try:
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on accepted sockets whose proto
+        # is TCP; without it every answer waits ~40 ms (Nagle against delayed ACK).
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
     except OSError as exc:
