@@ -85,11 +85,16 @@ CONTAINERS = [
     _c("g", pickup_lfd_terminal="2025-11-12T08:00:00Z"),
     # H: not discharged yet, no LFD -> ok; stale because line tracking stopped.
     _c("h", pod_discharged_at=None, available_for_pickup=False),
+    # I: LA, picked up Mon 10 Nov 12:00 PST (2025-11-10T20:00Z), empty returned
+    # 2025-11-14T03:00Z with no empty_terminated_timezone: the port's zone applies, so the return
+    # is Thu 13 Nov 19:00 PST -> 13 Nov (UTC would say 14 Nov). days_out = 13 - 10 = 3.
+    _c("i", pod_full_out_at="2025-11-10T20:00:00Z", empty_terminated_at="2025-11-14T03:00:00Z",
+       current_status="empty_returned"),
 ]
 SHIPMENTS = [
     _s("a"), _s("b", pod="USNYC"), _s("b2", pod="USNYC"), _s("c", pod="USHOU"), _s("d"),
     _s("e", destination_locode="USCHI", destination_timezone=CHI), _s("f", scac="CMDU"),
-    _s("g", scac="MAEU"), _s("h", line_tracking_stopped_at="2025-11-10T00:00:00Z"),
+    _s("g", scac="MAEU"), _s("h", line_tracking_stopped_at="2025-11-10T00:00:00Z"), _s("i"),
 ]
 HOLDS = [
     {"container_id": "a", "name": "USDA", "status": "pending"},
@@ -213,6 +218,12 @@ def test_not_discharged_is_ok_and_stale_when_tracking_stopped(risk: dict) -> Non
     assert (h["risk_level"], h["stale"], h["costed"]) == ("ok", True, False)
 
 
+def test_empty_return_date_falls_back_to_the_port_zone(risk: dict) -> None:
+    i = risk["i"]
+    assert (i["risk_level"], i["days_out"]) == ("done", 3)
+    assert i["risk_reason"] == "empty returned 2025-11-13"
+
+
 def test_chicago_march_dst() -> None:
     # Houston/Chicago zone after DST starts Sun 2026-03-08: LFD 2026-03-09T05:00Z = Mon 9 Mar
     # 00:00 CDT (CST would read 8 Mar 23:00). as_of Fri 6 Mar 18:00Z: 3 days, 1 working day.
@@ -248,12 +259,13 @@ def test_publish_views_and_example_sql(warehouse: Path, tmp_path: Path) -> None:
     db = tmp_path / "w.duckdb"
     shutil.copy(warehouse, db)
     s1 = publish_risk(db, as_of=AS_OF)
-    assert s1.rows == 9 and s1.levels["overdue"] == 3 and s1.levels["done"] == 1
+    assert s1.rows == 10 and s1.levels["overdue"] == 3 and s1.levels["done"] == 2
     assert s1.uncosted == 2  # f (no tariff) and h (no LFD)
     assert s1.accrued_demurrage == 1000 + 3490 + 470
     publish_risk(db, as_of=datetime(2025, 11, 17, 16, tzinfo=UTC))
-    text = (Path(__file__).parents[1] / "pipelines/analytics/RISK_RULES.md").read_text()
-    sql = text.split("```sql")[1].split("```")[0]
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    rules = text.split("## Demurrage risk: the rules")[1]
+    sql = rules.split("```sql")[1].split("```")[0]
     queries = [q.strip() for q in sql.split(";") if q.strip()]
     assert len(queries) == 8
     with duckdb.connect(str(db), read_only=True) as con:
@@ -268,4 +280,4 @@ def test_publish_views_and_example_sql(warehouse: Path, tmp_path: Path) -> None:
                        "WHERE container_id = 'b'").fetchall()[0]
         assert wide == ("2025-11-10", "hold", "2025-11-07 13:00:00")
         prev = con.sql("SELECT count(*) FROM analytics.demurrage_risk_previous").fetchall()[0]
-        assert prev == (9,)
+        assert prev == (10,)

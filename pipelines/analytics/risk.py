@@ -1,6 +1,6 @@
 """Demurrage risk per container, as of an instant: pure polars, LazyFrames in and out.
 
-The rules (also in ``pipelines/analytics/RISK_RULES.md``, which is the long form):
+The rules (the long form is the README's section "Demurrage risk: the rules"):
 
 * LFDs are local calendar dates (terminal: ``pod_timezone``; rail: ``final_destination_timezone``;
   line: the destination zone if set, else the port's), decoded from the API's local-midnight-in-UTC
@@ -546,7 +546,7 @@ def compute_risk(
     """One row per container with LFDs, readiness, fees, costs and a risk level at ``as_of``.
 
     ``as_of`` must be timezone-aware (a naive value is taken as UTC). ``tariffs`` is the frame
-    :func:`pipelines.analytics.load_tariffs` returns. Output columns: see RISK_RULES.md.
+    :func:`pipelines.analytics.load_tariffs` returns. Output columns: see the README.
     """
     joined, layers = risk_plan(frames, as_of, tariffs)
 
@@ -760,14 +760,21 @@ def _layers(
         "pod_full_out_at", "pod_rail_loaded_at", "pod_rail_departed_at", pl.lit(as_of, dtype=TS)
     )
     nb = col("_nb")
+    # Zone fallbacks (README, "Dates and zones"): the port zone falls back to the shipment's,
+    # then UTC (0); the destination zone to the shipment's destination, then the port's; the line
+    # LFD's zone is the container's final-destination zone, else the port's; the empty return's
+    # its own zone, else the destination's (inland) or the port's.
+    zi_pod = pl.coalesce(zcode(col("pod_timezone")), col("_szi_pod"), pl.lit(0, pl.Int32))
+    zi_fd = pl.coalesce(zi_fd_own, col("_szi_dest"), zi_pod)
     layers.append(dict(
         _inland=inland,
-        # zone NULL/unknown -> 0 (UTC); the port zone falls back to the shipment's, the
-        # destination zone to the shipment's destination
-        _zi_pod=pl.coalesce(zcode(col("pod_timezone")), col("_szi_pod"), pl.lit(0, pl.Int32)),
-        _zi_fd=pl.coalesce(zi_fd_own, col("_szi_dest"), pl.lit(0, pl.Int32)),
-        _zi_line=zi_fd_own.fill_null(0),
-        _zi_empty=zcode(col("empty_terminated_timezone")).fill_null(0),
+        _zi_pod=zi_pod,
+        _zi_fd=zi_fd,
+        _zi_line=pl.coalesce(zi_fd_own, zi_pod),
+        _zi_empty=pl.coalesce(
+            zcode(col("empty_terminated_timezone")),
+            pl.when(inland).then(zi_fd).otherwise(zi_pod),
+        ),
         _left_port=pl.any_horizontal(
             col(x).is_not_null()
             for x in ("pod_full_out_at", "pod_rail_loaded_at", "pod_rail_departed_at")
