@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import logging
 import os
 import time
 from collections.abc import Iterator
@@ -71,17 +70,6 @@ LOCK_RETRY_SECONDS = 30.0
 LOAD_RETRY_DELAYS = [30.0, 120.0]
 # Lists that the reconcile flow checks against the API's meta.total, and their tables.
 RECONCILED_TABLES = {"containers": "containers", "shipments": "shipments"}
-
-
-class _DropArrowHintNoise(logging.Filter):
-    """dlt warns on every Arrow table whose nullability differs from its schema: in a served
-    run that is hundreds of lines of noise (freetime_cli._common filters it for the CLI)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "when merging arrow schema with dlt schema" not in record.getMessage()
-
-
-_dlt_filter = _DropArrowHintNoise()
 
 
 class WarehouseBusy(Exception):
@@ -196,12 +184,6 @@ def _retry_if_transient(task: Any, task_run: Any, state: Any) -> bool:
     return isinstance(exc, BaseException) and is_transient(exc)
 
 
-def _looks_locked(message: str) -> bool:
-    # DuckDB: "Could not set lock on file ... Conflicting lock is held in ..."
-    text = message.lower()
-    return "could not set lock" in text or "conflicting lock" in text
-
-
 # -- load ------------------------------------------------------------------------------------------
 
 
@@ -253,8 +235,6 @@ def load_account(
     ``ConfigError`` (no key), ``LoadFailed`` (the previous load stays) or ``WarehouseLocked``.
     """
     logger = get_run_logger()
-    if _dlt_filter not in logging.getLogger("dlt").filters:
-        logging.getLogger("dlt").addFilter(_dlt_filter)
     api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit_per_minute)
     logger.info("loading %s from %s into %s", "the account", api.base_url, duckdb_path)
     scans: dict[str, ScanStats] = {}
@@ -262,15 +242,7 @@ def load_account(
     def track(stats: ScanStats) -> None:
         scans[stats.kind] = stats
 
-    try:
-        summary = run_load(duckdb_path, api, concurrency=concurrency, on_page=track)
-    except LoadFailed as exc:
-        if _looks_locked(str(exc)):
-            raise WarehouseLocked(
-                f"the warehouse {duckdb_path} was locked by another process (an open notebook "
-                "or duckdb shell?) when the load tried to write; close it and retry"
-            ) from exc
-        raise
+    summary = run_load(duckdb_path, api, concurrency=concurrency, on_page=track)
     outcome = LoadOutcome(
         summary=summary,
         api_totals={k: s.total for k, s in scans.items()},

@@ -21,15 +21,8 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-class _DropNoise(logging.Filter):
-    """dlt warns on every Arrow table whose nullability differs from its schema: noise here."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "when merging arrow schema with dlt schema" not in record.getMessage()
-
-
 def quiet_logging() -> None:
-    logging.getLogger("dlt").addFilter(_DropNoise())
+    """httpx logs every request at INFO: keep the console for what matters."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
@@ -38,8 +31,7 @@ def embedded_sandbox(containers: int | None = None) -> Iterator[tuple[str, str]]
     """Start the local sandbox in a background process; yield (base_url, api_key)."""
     from sandbox.testing import SandboxProcess  # the CLI, not the pipeline, knows the sandbox
 
-    kwargs = {"containers": containers} if containers else {}
-    with SandboxProcess(**kwargs) as sb:
+    with SandboxProcess(containers=containers) if containers else SandboxProcess() as sb:
         yield sb.base_url, sb.api_key
 
 

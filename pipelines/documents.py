@@ -31,7 +31,6 @@ import httpx
 import orjson
 
 from pipelines.config import ApiSettings, ConfigError, resolve_duckdb_path
-from pipelines.load import pipelines_dir_for
 
 DIRECT_UPLOADS_PATH = "/rails/active_storage/direct_uploads"
 DOCUMENTS_PATH = "/documents"
@@ -263,11 +262,7 @@ def sync_documents(
     lock_retry_seconds: float = 30.0,
 ) -> dict[str, int]:
     """Load documents, email submissions and representations; rows written per table."""
-    import dlt
-    from dlt.pipeline.exceptions import PipelineStepFailed
-
-    from pipelines.config import DATASET
-    from pipelines.load import LoadFailed, _describe, _load_step, _root_cause
+    from pipelines.load import make_pipeline, write_source
     from pipelines.terminal49.client import Terminal49Client
     from pipelines.terminal49.documents import DOCUMENT_TABLE_HINTS, documents_source
 
@@ -281,21 +276,9 @@ def sync_documents(
         rate_limit_per_minute=api.rate_limit_per_minute,
         transport=transport,
     )
-    pipeline = dlt.pipeline(
-        pipeline_name=PIPELINE_NAME,
-        destination=dlt.destinations.duckdb(str(path)),
-        dataset_name=DATASET,
-        pipelines_dir=str(pipelines_dir_for(path)),
-    )
+    pipeline = make_pipeline(path, PIPELINE_NAME)
     try:
-        try:
-            pipeline.extract(documents_source(client))
-            normalized = pipeline.normalize()
-        except PipelineStepFailed as exc:
-            pipeline.abort_packages()
-            raise LoadFailed(_describe(_root_cause(exc), exc.step)) from exc
-        counts = normalized.row_counts if normalized else {}
-        _load_step(pipeline, path, lock_retry_seconds)
+        written = write_source(pipeline, documents_source(client), path, lock_retry_seconds)
     finally:
         client.close()
-    return {t: int(counts.get(t, 0)) for t in DOCUMENT_TABLE_HINTS}
+    return {t: written.rows.get(t, 0) for t in DOCUMENT_TABLE_HINTS}

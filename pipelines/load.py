@@ -27,6 +27,7 @@ from pipelines.terminal49 import terminal49_source
 from pipelines.terminal49.client import Terminal49Client, Terminal49Error
 from pipelines.terminal49.docs import apply_comments
 from pipelines.terminal49.scan import ScanIncomplete, ScanStats
+from pipelines.warehouse import WarehouseLocked
 
 log = logging.getLogger("freetime.load")
 
@@ -35,7 +36,11 @@ TABLES = ("containers", "shipments", "container_holds", "container_fees", "termi
 
 
 class LoadFailed(Exception):
-    """The load did not complete; the warehouse holds the previous load. Message is user-safe."""
+    """The load did not complete; the warehouse holds the previous load. Message is user-safe.
+
+    A warehouse that stays locked by another process raises
+    :class:`pipelines.warehouse.WarehouseLocked` instead (a retry later can succeed).
+    """
 
 
 @dataclass
@@ -64,9 +69,28 @@ def pipelines_dir_for(duckdb_path: Path) -> Path:
     return duckdb_path.parent / ".dlt-pipelines" / duckdb_path.stem
 
 
-def make_pipeline(duckdb_path: Path) -> dlt.Pipeline:
+class _DropArrowHintNoise(logging.Filter):
+    """dlt warns on every Arrow table whose nullability differs from its schema: pure noise
+    here (the flattener declares key columns non-null, dlt's schema keeps its own hints)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "when merging arrow schema with dlt schema" not in record.getMessage()
+
+
+_ARROW_NOISE = _DropArrowHintNoise()
+
+
+def make_pipeline(duckdb_path: Path, name: str = PIPELINE_NAME) -> dlt.Pipeline:
+    """A dlt pipeline writing dataset ``terminal49`` of one warehouse file.
+
+    Each writer (the load, webhook apply, documents) has its own ``name`` and so its own
+    working folder and state, all beside the warehouse file.
+    """
+    dlt_logger = logging.getLogger("dlt")
+    if _ARROW_NOISE not in dlt_logger.filters:
+        dlt_logger.addFilter(_ARROW_NOISE)
     return dlt.pipeline(
-        pipeline_name=PIPELINE_NAME,
+        pipeline_name=name,
         destination=dlt.destinations.duckdb(str(duckdb_path)),
         dataset_name=DATASET,
         pipelines_dir=str(pipelines_dir_for(duckdb_path)),
@@ -116,19 +140,10 @@ def run_load(
         source = terminal49_source(
             client, on_page=track, include_shipments_list=include_shipments_list
         )
-        try:
-            # Extract first, completely: only a finished, reconciled scan reaches the warehouse.
-            pipeline.extract(source)
-            summary.extract_seconds = time.monotonic() - started
-            normalized = pipeline.normalize()
-        except PipelineStepFailed as exc:
-            cause = _root_cause(exc)
-            pipeline.abort_packages()  # a partial scan must never be loaded later
-            raise LoadFailed(_describe(cause, exc.step)) from cause
-        counts = normalized.row_counts if normalized else {}
-        summary.rows = {t: int(counts.get(t, 0)) for t in TABLES}
-        info = _load_step(pipeline, path, lock_retry_seconds)
-        summary.load_id = info.loads_ids[-1] if info.loads_ids else None
+        written = write_source(pipeline, source, path, lock_retry_seconds)
+        summary.extract_seconds = written.extract_seconds
+        summary.rows = {t: written.rows.get(t, 0) for t in TABLES}
+        summary.load_id = written.load_id
         with_lock_retry(lambda: apply_comments(pipeline), path, lock_retry_seconds)
     finally:
         client.close()
@@ -140,6 +155,45 @@ def run_load(
     summary.reconcile_pages = sum(s.reconcile_pages for s in pages.values())
     summary.seconds = time.monotonic() - started
     return summary
+
+
+@dataclass
+class Written:
+    """What :func:`write_source` wrote: rows per table, the load id, seconds spent extracting."""
+
+    rows: dict[str, int]
+    load_id: str | None
+    extract_seconds: float
+
+
+def write_source(
+    pipeline: dlt.Pipeline, source: Any, path: Path, lock_retry_seconds: float = 30.0
+) -> Written:
+    """Extract ``source`` completely, normalise, then write it to the warehouse at ``path``.
+
+    The contract every writer of the warehouse shares (the load, webhook apply, documents):
+    nothing is written unless extraction finished (a failed extraction is aborted, never loaded
+    later); a reader holding the file is waited for ``lock_retry_seconds`` and then reported as
+    :class:`WarehouseLocked`; any other failure is :class:`LoadFailed` with a user-safe message.
+    """
+    started = time.monotonic()
+    try:
+        pipeline.extract(source)
+        extract_seconds = time.monotonic() - started
+        normalized = pipeline.normalize()
+    except PipelineStepFailed as exc:
+        cause = _root_cause(exc)
+        pipeline.abort_packages()  # a partial extraction must never be loaded later
+        if _is_lock_error(cause):  # dlt reads its state from the warehouse first
+            raise WarehouseLocked(_locked_message(path, 0)) from cause
+        raise LoadFailed(_describe(cause, exc.step)) from cause
+    counts = normalized.row_counts if normalized else {}
+    info = _load_step(pipeline, path, lock_retry_seconds)
+    return Written(
+        rows={t: int(n) for t, n in counts.items()},
+        load_id=info.loads_ids[-1] if info.loads_ids else None,
+        extract_seconds=extract_seconds,
+    )
 
 
 def _load_step(pipeline: dlt.Pipeline, path: Path, lock_retry_seconds: float) -> Any:
@@ -158,10 +212,9 @@ def _load_step(pipeline: dlt.Pipeline, path: Path, lock_retry_seconds: float) ->
                 time.sleep(0.5)
                 continue
             if _is_lock_error(cause):
-                raise LoadFailed(
-                    f"the warehouse {path} stayed locked by another process (a notebook or "
-                    f"another load) for {lock_retry_seconds:.0f}s; the scanned data is kept "
-                    "and will be written by the next load"
+                raise WarehouseLocked(
+                    _locked_message(path, lock_retry_seconds)
+                    + "; the scanned data is kept and will be written by the next load"
                 ) from cause
             raise LoadFailed(_describe(cause, exc.step)) from cause
 
@@ -176,6 +229,13 @@ def with_lock_retry(fn: Callable[[], Any], path: Path, lock_retry_seconds: float
             if not _is_lock_error(exc) or time.monotonic() >= deadline:
                 raise
             time.sleep(0.5)
+
+
+def _locked_message(path: Path, waited: float) -> str:
+    return (
+        f"the warehouse {path} stayed locked by another process (an open notebook, a duckdb "
+        f"shell or another load) for {waited:.0f}s"
+    )
 
 
 def _is_lock_error(exc: BaseException) -> bool:

@@ -13,7 +13,8 @@ terminates the process on exit (kill after a grace period).
 
 from __future__ import annotations
 
-import os
+import contextlib
+import signal
 import subprocess
 import sys
 import tempfile
@@ -97,6 +98,14 @@ class WebhookReceiver:
         self.server.server_close()
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux for SIGTERM when the parent dies (else a no-op)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class SandboxStartError(RuntimeError):
     """The sandbox process did not come up; the message carries its stderr."""
 
@@ -148,12 +157,12 @@ class SandboxProcess:
 
     def start(self) -> SandboxProcess:
         """Start the process and wait until it answers."""
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
+        # Its own session (a Ctrl+C meant for the parent does not cut it mid-answer) and, on
+        # Linux, SIGTERM when the parent dies, so a killed test or CLI leaves no server behind.
         self.process = subprocess.Popen(self.command(), stdout=subprocess.PIPE,
-                                        stderr=self._stderr, cwd=REPO_ROOT, env=env)
+                                        stderr=self._stderr, cwd=REPO_ROOT,
+                                        start_new_session=True, preexec_fn=_die_with_parent)
         lines: dict[str, str] = {}
         stdout = self.process.stdout
         assert stdout is not None

@@ -23,9 +23,7 @@ def reference_json(relative: str) -> Any:
 
 @pytest.fixture(autouse=True)
 def _no_dlt_noise() -> None:
-    from freetime_cli._common import quiet_logging
-
-    quiet_logging()
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("dlt").setLevel(logging.WARNING)
 
 
@@ -88,7 +86,12 @@ def loopback() -> Iterator[Callable[[Handler], LoopbackServer]]:
 @pytest.fixture(scope="session")
 def prefect_harness() -> Iterator[None]:
     """One temporary Prefect server for the whole test session (it takes ~10 s to start)."""
+    import os
+
     from prefect.testing.utilities import prefect_test_harness
 
+    # Prefect's telemetry writes to the harness database from another thread and prints
+    # "database is locked" tracebacks; nothing here needs it.
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     with prefect_test_harness(server_startup_timeout=120):
         yield

@@ -17,6 +17,7 @@ import pytest
 from pipelines.config import ApiSettings, ConfigError
 from pipelines.load import LoadFailed, pipelines_dir_for, run_load
 from pipelines.terminal49.scan import ScanStats
+from pipelines.warehouse import WarehouseLocked
 from sandbox.testing import SandboxProcess
 
 CLOCK = "2026-11-20T12:00:00Z"
@@ -372,7 +373,7 @@ def test_locked_warehouse_is_retried_then_reported(sandbox: Any, tmp_path: Path)
     # A reader that stays: a plain message, and the warehouse is as it was.
     reader = _hold_read_lock(db, 30)
     try:
-        with pytest.raises(LoadFailed, match="stayed locked by another process"):
+        with pytest.raises(WarehouseLocked, match="stayed locked by another process"):
             run_load(db, _api(sandbox), lock_retry_seconds=2)
     finally:
         reader.kill()

@@ -43,11 +43,10 @@ from typing import Any, Literal
 import dlt
 import orjson
 import pyarrow as pa
-from dlt.pipeline.exceptions import PipelineStepFailed
 from dlt.sources import DltResource
 
 from pipelines.config import DATASET, resolve_duckdb_path
-from pipelines.load import LoadFailed, _describe, _load_step, _root_cause, pipelines_dir_for
+from pipelines.load import make_pipeline, write_source
 from pipelines.terminal49 import TABLE_HINTS, flatten, settings
 from pipelines.terminal49.client import ApiError, Terminal49Client, Terminal49Error
 from pipelines.terminal49.documents import (
@@ -481,29 +480,14 @@ def _tables_source(tables: dict[str, pa.Table]) -> list[DltResource]:
     ]
 
 
-def make_pipeline(duckdb_path: Path) -> dlt.Pipeline:
-    return dlt.pipeline(
-        pipeline_name=PIPELINE_NAME,
-        destination=dlt.destinations.duckdb(str(duckdb_path)),
-        dataset_name=DATASET,
-        pipelines_dir=str(pipelines_dir_for(duckdb_path)),
-    )
-
-
 def write_tables(
     duckdb_path: Path, tables: dict[str, pa.Table], lock_retry_seconds: float = 30.0
 ) -> dict[str, int]:
     """Merge ``tables`` into the warehouse through dlt; rows written per table."""
     if not tables:
         return {}
-    pipeline = make_pipeline(duckdb_path)
-    try:
-        pipeline.extract(_tables_source(tables))
-        pipeline.normalize()
-    except PipelineStepFailed as exc:
-        pipeline.abort_packages()
-        raise LoadFailed(_describe(_root_cause(exc), exc.step)) from exc
-    _load_step(pipeline, duckdb_path, lock_retry_seconds)
+    pipeline = make_pipeline(duckdb_path, PIPELINE_NAME)
+    write_source(pipeline, _tables_source(tables), duckdb_path, lock_retry_seconds)
     return {name: t.num_rows for name, t in tables.items()}
 
 
@@ -722,7 +706,6 @@ def reconcile_inbox(
 
 __all__ = [
     "ApplySummary",
-    "LoadFailed",
     "Terminal49Error",
     "apply_inbox",
     "reconcile_inbox",
