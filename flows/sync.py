@@ -24,12 +24,14 @@ from prefect import flow, get_run_logger
 from flows.artifacts import Reconciliation
 from flows.tasks import (
     LoadOutcome,
+    apply_webhooks,
     check_warehouse,
     compute_risk,
     elapsed,
     load_account,
     publish_artifacts,
     warehouse_slot,
+    write_html_report,
 )
 from pipelines.analytics import RiskSummary
 from pipelines.config import resolve_duckdb_path
@@ -67,11 +69,14 @@ def _load_then_risk(
         t = time.perf_counter()
         path = check_warehouse(duckdb_path)
         load = load_account(path, base_url, rate_limit_per_minute, concurrency)
+        # Webhook notifications received since (and during) the scan land on top of it.
+        apply_webhooks(path, base_url, rate_limit_per_minute, reconcile)
         timings["load"] = elapsed(t)
         t = time.perf_counter()
         risk = compute_risk(path, as_of, tariffs_path)
         timings["risk"] = elapsed(t)
         t = time.perf_counter()
+        write_html_report(path)
         published = publish_artifacts(name, path, risk, load, reconcile)
         timings["publish"] = elapsed(t)
     get_run_logger().info(

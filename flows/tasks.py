@@ -33,6 +33,7 @@ from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
 from flows.artifacts import (
     AT_RISK_KEY,
+    REPORT_NAME,
     SUMMARY_KEY,
     Reconciliation,
     SummaryInput,
@@ -55,9 +56,12 @@ from pipelines.config import (
     resolve_duckdb_path,
 )
 from pipelines.load import LoadFailed, LoadSummary, run_load
-from pipelines.terminal49.client import ApiError, AuthError
+from pipelines.report import write_report
+from pipelines.terminal49.client import ApiError, AuthError, Terminal49Client
 from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import WarehouseLocked, WarehouseMissing, reading, writing
+from pipelines.webhooks.apply import ApplySummary, apply_inbox
+from pipelines.webhooks.inbox import default_inbox_path
 
 # One global concurrency limit guards the warehouse: DuckDB takes one writer process at a time.
 WAREHOUSE_LIMIT = "freetime-warehouse"
@@ -252,6 +256,47 @@ def load_account(
     return outcome
 
 
+@task(
+    name="apply-webhooks",
+    retries=1,
+    retry_delay_seconds=30,
+    retry_condition_fn=_retry_if_transient,
+    cache_policy=NO_CACHE,
+    persist_result=False,
+)
+def apply_webhooks(
+    duckdb_path: str,
+    base_url: str | None = None,
+    rate_limit_per_minute: float | None = None,
+    reconcile: bool = False,
+) -> ApplySummary | None:
+    """Apply the webhook inbox (``freetime webhooks serve`` fills it) after the scan.
+
+    Nothing to do (None) when no receiver ever wrote an inbox beside the warehouse. With
+    ``reconcile`` (the nightly flow) notifications the receiver missed are pulled first.
+    """
+    inbox = default_inbox_path(duckdb_path)
+    if not inbox.exists():
+        return None
+    api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit_per_minute)
+    client = (
+        Terminal49Client(
+            api.base_url, api.api_key, rate_limit_per_minute=api.rate_limit_per_minute
+        )
+        if api.api_key
+        else None
+    )
+    try:
+        summary = apply_inbox(
+            duckdb_path, inbox, client, reconcile=reconcile and client is not None
+        )
+    finally:
+        if client is not None:
+            client.close()
+    get_run_logger().info("webhooks: %s", summary.line())
+    return summary
+
+
 # -- risk ------------------------------------------------------------------------------------------
 
 
@@ -277,6 +322,13 @@ def compute_risk(
 
 
 # -- publish ---------------------------------------------------------------------------------------
+
+
+@task(name="write-report", cache_policy=NO_CACHE, persist_result=False)
+def write_html_report(duckdb_path: str) -> str:
+    """The self-contained HTML report beside the warehouse (the markdown artifact links it)."""
+    path = Path(duckdb_path)
+    return str(write_report(path, path.parent / REPORT_NAME))
 
 
 def _read_table(path: Path, schema: str, name: str) -> pl.DataFrame | None:

@@ -203,6 +203,10 @@ def test_sync_loads_risk_and_publishes_both_artifacts(
                  REPORT_MARKER):
         assert part in md.data
     assert "sandbox-key" not in md.data and api_env.api_key not in str(rows)
+    # The HTML report was written beside the warehouse and the summary links it.
+    html = tmp_path / "report.html"
+    assert html.exists() and html.stat().st_size > 10_000
+    assert html.resolve().as_uri() in md.data
 
     # The warehouse limit was created on first use (Prefect 3.8 would skip a missing one).
     with get_client(sync_client=True) as client:
@@ -323,3 +327,23 @@ def test_locked_warehouse_is_retried_then_reported_plainly(
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_sync_applies_the_webhook_inbox(prefect_harness: None, api_env: Any, tmp_path: Path) -> None:
+    from conftest import T49
+
+    from flows.sync import sync
+    from pipelines.webhooks.inbox import Inbox, default_inbox_path, parse_notification
+
+    warehouse = tmp_path / "w.duckdb"
+    body = (T49 / "webhooks" / "container.updated.json").read_bytes()
+    note = parse_notification(body)
+    with Inbox(default_inbox_path(warehouse)) as inbox:
+        assert inbox.add(note)
+    state = sync(duckdb_path=str(warehouse), base_url=api_env.base_url, return_state=True)
+    assert state.is_completed(), state.message
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        ids = con.execute("SELECT id FROM terminal49.webhook_notifications").fetchall()
+    assert ids == [(note.id,)]
+    with Inbox(default_inbox_path(warehouse)) as inbox:
+        assert inbox.pending() == []
