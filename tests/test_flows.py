@@ -329,7 +329,9 @@ def test_locked_warehouse_is_retried_then_reported_plainly(
         holder.wait()
 
 
-def test_sync_applies_the_webhook_inbox(prefect_harness: None, api_env: Any, tmp_path: Path) -> None:
+def test_sync_applies_the_webhook_inbox(
+    prefect_harness: None, api_env: Any, tmp_path: Path
+) -> None:
     from conftest import T49
 
     from flows.sync import sync
