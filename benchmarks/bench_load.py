@@ -24,12 +24,11 @@ from pathlib import Path
 
 import httpx
 
+from pipelines.terminal49.settings import CONTAINER_INCLUDE, SHIPMENT_INCLUDE
 from sandbox.testing import SandboxProcess
 
 CLOCK = "2026-11-20T12:00:00Z"
 CONCURRENCY = 4
-CONTAINER_INCLUDE = "shipment,pod_terminal,pickup_facility"
-SHIPMENT_INCLUDE = "pod_terminal,port_of_lading,port_of_discharge,destination,destination_terminal"
 
 LOADER = """
 import json, resource, sys, time
@@ -48,7 +47,10 @@ print(json.dumps({"seconds": time.monotonic() - t, "rows": s.rows, "requests": s
 
 
 def bare_download(base_url: str, key: str) -> tuple[float, int, int]:
-    """Download every page of both lists, CONCURRENCY at a time; return (seconds, pages, bytes)."""
+    """Download every page of both lists, CONCURRENCY at a time; return (seconds, pages, bytes).
+
+    The same requests as the load makes (same includes, same page size and concurrency).
+    """
     headers = {"Authorization": f"Token {key}"}
     started = time.monotonic()
     total_bytes = 0

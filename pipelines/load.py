@@ -19,6 +19,7 @@ from typing import Any
 
 import dlt
 import httpx
+from dlt.destinations.impl.duckdb.configuration import DuckDbCredentials
 from dlt.pipeline.exceptions import PipelineStepFailed
 
 from pipelines.config import DATASET, ApiSettings, ConfigError, resolve_duckdb_path
@@ -32,6 +33,7 @@ from pipelines.warehouse import WarehouseLocked
 log = logging.getLogger("freetime.load")
 
 PIPELINE_NAME = "freetime_terminal49"
+DUCKDB_MEMORY_LIMIT = "256MB"
 TABLES = ("containers", "shipments", "container_holds", "container_fees", "terminals", "ports")
 
 
@@ -89,9 +91,15 @@ def make_pipeline(duckdb_path: Path, name: str = PIPELINE_NAME) -> dlt.Pipeline:
     dlt_logger = logging.getLogger("dlt")
     if _ARROW_NOISE not in dlt_logger.filters:
         dlt_logger.addFilter(_ARROW_NOISE)
+    # The merge of a large load would otherwise take DuckDB's default (80% of RAM) and keep it:
+    # a bounded buffer pool (it spills to disk beyond) keeps the loader's memory flat.
+    credentials = DuckDbCredentials(
+        str(duckdb_path),
+        global_config={"memory_limit": DUCKDB_MEMORY_LIMIT, "preserve_insertion_order": False},
+    )
     return dlt.pipeline(
         pipeline_name=name,
-        destination=dlt.destinations.duckdb(str(duckdb_path)),
+        destination=dlt.destinations.duckdb(credentials),
         dataset_name=DATASET,
         pipelines_dir=str(pipelines_dir_for(duckdb_path)),
     )

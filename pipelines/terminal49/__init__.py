@@ -1,7 +1,7 @@
 """dlt source for a Terminal49 account: containers, shipments, holds, fees, terminals, ports.
 
-``terminal49_source(client)`` scans ``/containers?include=shipment,pod_terminal,
-pickup_facility`` and ``/shipments?include=...`` (each a full, reconciled scan, see
+``terminal49_source(client)`` scans ``/containers?include=pod_terminal,pickup_facility`` and
+``/shipments?include=...`` (each a full, reconciled scan, see
 :mod:`.scan`) and flattens every page into Arrow tables (see :mod:`.flatten`), so dlt skips
 its slow per-row normalisation. Pages are flattened as they arrive and handed to dlt in
 batches of about ``settings.BATCH_RECORDS`` records: dlt's cost per item is large and fixed,
@@ -14,7 +14,7 @@ fees become empty loses its old child rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import dlt
@@ -23,6 +23,7 @@ from dlt.sources import DltResource
 
 from pipelines.terminal49 import settings
 from pipelines.terminal49.client import Terminal49Client
+from pipelines.terminal49.pages import Claims
 from pipelines.terminal49.scan import ListScan, ProgressCallback
 
 _MERGE: Any = {"disposition": "merge", "strategy": "delete-insert"}
@@ -58,25 +59,6 @@ TABLE_HINTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _unseen(table: pa.Table, seen: set[tuple[str, str]]) -> pa.Table | None:
-    """Rows of an included resource table not taken from an earlier page (``seen`` grows).
-
-    The same terminal or shipment is included on many pages; taking it once per load keeps
-    the batches small. A list's own records are never filtered this way.
-    """
-    keep = []
-    for kind, rid in zip(table["type"].to_pylist(), table["id"].to_pylist(), strict=True):
-        key = (kind, rid)
-        keep.append(key not in seen)
-        seen.add(key)
-    if all(keep):
-        return table
-    return table.filter(pa.array(keep)) if any(keep) else None
-
-
-_INCLUDED = {"terminals", "ports"}
-
-
 class Batch(dict[str, list[pa.Table]]):
     """Flattened pages, by table name, waiting to be handed to dlt together."""
 
@@ -106,36 +88,21 @@ def terminal49_source(
     batch_records: int = settings.BATCH_RECORDS,
 ) -> list[DltResource]:
     """The account as dlt resources. ``client`` carries the key; dlt never sees it."""
-    scans: list[Callable[[], ListScan]] = [
-        lambda: ListScan(
-            client,
-            "containers",
-            settings.CONTAINERS_PATH,
-            settings.CONTAINER_INCLUDE,
-            on_page=on_page,
-        )
-    ]
     if include_shipments_list:
-        scans.append(
-            lambda: ListScan(
-                client,
-                "shipments",
-                settings.SHIPMENTS_PATH,
-                settings.SHIPMENT_INCLUDE,
-                on_page=on_page,
-            )
-        )
+        lists = [
+            ("containers", settings.CONTAINERS_PATH, settings.CONTAINER_INCLUDE),
+            ("shipments", settings.SHIPMENTS_PATH, settings.SHIPMENT_INCLUDE),
+        ]
+    else:
+        lists = [("containers", settings.CONTAINERS_PATH, settings.CONTAINER_INCLUDE_WITH_SHIPMENT)]
 
     def batches() -> Iterator[Batch]:
+        claims = Claims()  # one per run: an included resource is flattened once per load
         batch, records = Batch(), 0
-        seen: set[tuple[str, str]] = set()
-        for scan in scans:
-            for page in scan():
+        for kind, path, include in lists:
+            for page in ListScan(client, kind, path, include, on_page=on_page, claims=claims):
                 for name, table in page.tables.items():
-                    included = name in _INCLUDED or (name == "shipments" and page.kind != name)
-                    rows = _unseen(table, seen) if included else table
-                    if rows is not None:
-                        batch.setdefault(name, []).append(rows)
+                    batch.setdefault(name, []).append(table)
                 records += len(page.ids)
                 if records >= batch_records:
                     yield batch

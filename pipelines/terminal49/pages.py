@@ -8,6 +8,7 @@ HTML) raises :class:`UnreadableBody`, which the client retries.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +31,40 @@ class ParsedPage:
     tables: dict[str, pa.Table] = field(default_factory=dict)
 
 
-def parse_page(raw: bytes, kind: str, fetched_at: dt.datetime | None = None) -> ParsedPage:
-    """Parse and flatten one list page of ``kind`` ("containers" or "shipments")."""
+class Claims:
+    """Included resources already taken during one load, shared by the fetching threads.
+
+    The same terminal or shipment is included on many pages; flattening it once per load
+    instead of once per page halves the client's work on a container page.
+    """
+
+    def __init__(self) -> None:
+        self._taken: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def claim(self, resources: list[Any]) -> list[Any]:
+        """The resources not taken before (first occurrence wins); they are now taken."""
+        out = []
+        with self._lock:
+            for r in resources:
+                key = (r.get("type"), str(r.get("id")))
+                if key not in self._taken:
+                    self._taken.add(key)
+                    out.append(r)
+        return out
+
+
+def parse_page(
+    raw: bytes,
+    kind: str,
+    fetched_at: dt.datetime | None = None,
+    claims: Claims | None = None,
+) -> ParsedPage:
+    """Parse and flatten one list page of ``kind`` ("containers" or "shipments").
+
+    With ``claims``, included resources another page already provided are skipped; a list's
+    own records (``data``) are always kept.
+    """
     fetched_at = fetched_at or dt.datetime.now(dt.UTC)
     try:
         doc = orjson.loads(raw)
@@ -39,16 +72,19 @@ def parse_page(raw: bytes, kind: str, fetched_at: dt.datetime | None = None) -> 
         raise UnreadableBody(f"unparseable body ({len(raw)} bytes)") from exc
     if not isinstance(doc, dict) or "data" not in doc:
         raise UnreadableBody("body is not a JSON:API document")
-    return python_page(doc, kind, fetched_at)
+    return python_page(doc, kind, fetched_at, claims)
 
 
-# -- the per-record Python path ---------------------------------------------------------------
-def python_page(doc: dict[str, Any], kind: str, fetched_at: dt.datetime) -> ParsedPage:
+def python_page(
+    doc: dict[str, Any], kind: str, fetched_at: dt.datetime, claims: Claims | None = None
+) -> ParsedPage:
     """Flatten a parsed document with :mod:`.flatten`."""
     data = doc.get("data") or []
     data = data if isinstance(data, list) else [data]
     data = [r for r in data if isinstance(r, dict) and r.get("id") is not None]
-    included = [r for r in doc.get("included") or [] if isinstance(r, dict)]
+    included = [r for r in doc.get("included") or [] if isinstance(r, dict) and "id" in r]
+    if claims is not None:
+        included = claims.claim(included)
     tables: dict[str, pa.Table] = {}
     if kind == "containers" and data:
         tables["containers"] = flatten.containers_table(data, fetched_at)

@@ -18,7 +18,7 @@ from typing import Any
 
 from pipelines.terminal49 import settings
 from pipelines.terminal49.client import Terminal49Client
-from pipelines.terminal49.pages import ParsedPage, parse_page
+from pipelines.terminal49.pages import Claims, ParsedPage, parse_page
 
 
 class ScanIncomplete(Exception):
@@ -41,12 +41,15 @@ class ScanStats:
 ProgressCallback = Callable[[ScanStats], None]
 
 
-def _parse_now(kind: str, body: bytes) -> ParsedPage:
-    return parse_page(body, kind, dt.datetime.now(dt.UTC))
+def _parse_now(kind: str, claims: Claims | None, body: bytes) -> ParsedPage:
+    return parse_page(body, kind, dt.datetime.now(dt.UTC), claims)
 
 
 class ListScan:
-    """Scan ``path`` page by page; iterate to get each page parsed and flattened."""
+    """Scan ``path`` page by page; iterate to get each page parsed and flattened.
+
+    ``claims`` (shared by the scans of one load) skips included resources already taken.
+    """
 
     def __init__(
         self,
@@ -58,6 +61,7 @@ class ListScan:
         page_size: int = settings.PAGE_SIZE,
         max_reconcile_passes: int = 3,
         on_page: ProgressCallback | None = None,
+        claims: Claims | None = None,
     ) -> None:
         self.client = client
         self.path = path
@@ -66,7 +70,7 @@ class ListScan:
         self.max_reconcile_passes = max_reconcile_passes
         self.on_page = on_page
         self.stats = ScanStats(kind=kind)
-        self._parse = functools.partial(_parse_now, kind)
+        self._parse = functools.partial(_parse_now, kind, claims)
 
     def _params(self, number: int) -> dict[str, Any]:
         params: dict[str, Any] = {"page[number]": number, "page[size]": self.page_size}

@@ -500,7 +500,8 @@ def _refresh(
     for cid in container_ids:
         try:
             doc = client.get_json(
-                f"{settings.CONTAINERS_PATH}/{cid}", {"include": settings.CONTAINER_INCLUDE}
+                f"{settings.CONTAINERS_PATH}/{cid}",
+                {"include": settings.CONTAINER_INCLUDE_WITH_SHIPMENT},
             )
         except ApiError as exc:
             if exc.status == 404:
