@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.live import Live
@@ -14,9 +14,11 @@ from rich.text import Text
 
 from freetime_cli._common import console, embedded_sandbox, fail, out, quiet_logging
 from pipelines.config import ApiSettings, ConfigError
-from pipelines.load import LoadFailed, LoadSummary, run_load
-from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import WarehouseLocked
+
+if TYPE_CHECKING:  # dlt takes a second to import: only the command itself pays for it
+    from pipelines.load import LoadSummary
+    from pipelines.terminal49.scan import ScanStats
 
 
 def load(
@@ -36,6 +38,7 @@ def load(
     concurrency: Annotated[int, typer.Option(min=1, max=16, help="Pages fetched at once.")] = 4,
 ) -> None:
     """Load the Terminal49 account (containers, shipments, holds, fees, terminals, ports)."""
+    from pipelines.load import LoadFailed
     quiet_logging()
     try:
         with contextlib.ExitStack() as stack:
@@ -57,6 +60,7 @@ def load_with_progress(
     duckdb: Path | str | None, api: ApiSettings, concurrency: int = 4
 ) -> LoadSummary:
     """Run the load with a live line: pages, records, request rate."""
+    from pipelines.load import run_load
     started = time.monotonic()
     state: dict[str, ScanStats] = {}
     line = Text("starting load…")

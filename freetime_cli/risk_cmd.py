@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import polars as pl
 import typer
+
+if TYPE_CHECKING:
+    import polars as pl
 
 _FORMATS = ("table", "csv", "json")
 _SHOW = [
@@ -48,6 +50,8 @@ def risk(
     ] = None,
 ) -> None:
     """Recompute demurrage risk and print the at-risk containers, most urgent first."""
+    import polars as pl  # here, not at import: `freetime --help` should start fast
+
     from pipelines.analytics import LEVELS, TariffError, at_risk, publish_risk
     from pipelines.warehouse import WarehouseLocked, WarehouseMissing
 
