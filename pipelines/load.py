@@ -28,7 +28,7 @@ from pipelines.terminal49 import terminal49_source
 from pipelines.terminal49.client import Terminal49Client, Terminal49Error
 from pipelines.terminal49.docs import apply_comments
 from pipelines.terminal49.scan import ScanIncomplete, ScanStats
-from pipelines.warehouse import WarehouseLocked
+from pipelines.warehouse import WarehouseLocked, reading, writing
 
 log = logging.getLogger("freetime.load")
 
@@ -125,6 +125,8 @@ def run_load(
             ".dlt/secrets.toml), or use --sandbox to load from the local sandbox"
         )
     path = resolve_duckdb_path(duckdb_path)
+    identity = source_identity(api.base_url)
+    check_source(path, identity, lock_retry_seconds)
     summary = LoadSummary(duckdb_path=path)
     started = time.monotonic()
     pages: dict[str, ScanStats] = {}
@@ -153,6 +155,7 @@ def run_load(
         summary.rows = {t: written.rows.get(t, 0) for t in TABLES}
         summary.load_id = written.load_id
         with_lock_retry(lambda: apply_comments(pipeline), path, lock_retry_seconds)
+        with_lock_retry(lambda: record_source(path, identity), path, lock_retry_seconds)
     finally:
         client.close()
     summary.requests = client.stats.requests
@@ -172,6 +175,58 @@ class Written:
     rows: dict[str, int]
     load_id: str | None
     extract_seconds: float
+
+
+SOURCE_TABLE = "freetime_source"
+
+
+def source_identity(base_url: str) -> str:
+    """Which account a warehouse is loaded from: ``sandbox`` for any loopback address (the
+    embedded sandbox listens on a new port each run), else the base URL."""
+    host = (httpx.URL(base_url).host or "").lower()
+    if host in {"localhost", "::1", "[::1]"} or host.startswith("127."):
+        return "sandbox"
+    return base_url.rstrip("/")
+
+
+def check_source(path: Path, identity: str, lock_retry_seconds: float = 30.0) -> None:
+    """Refuse to merge one account into a warehouse that holds another (ConfigError).
+
+    Loading the synthetic sandbox into a warehouse of real data (``freetime run`` once the key
+    is gone from the environment) would mix invented containers into real ones for good.
+    """
+    if not path.exists():
+        return
+    with reading(path, retry_seconds=lock_retry_seconds) as con:
+        if not _has_table(con, SOURCE_TABLE):
+            return
+        found = con.execute(f'SELECT source FROM "{DATASET}"."{SOURCE_TABLE}"').fetchall()
+    if found and found[0][0] != identity:
+        raise ConfigError(
+            f"the warehouse {path} holds data loaded from {found[0][0]}; this load reads "
+            f"{identity}. Use another --duckdb file (or remove {path}) rather than mixing "
+            "two accounts in one warehouse"
+        )
+
+
+def _has_table(con: Any, table: str) -> bool:
+    return bool(
+        con.execute(
+            "SELECT 1 FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
+            [DATASET, table],
+        ).fetchall()
+    )
+
+
+def record_source(path: Path, identity: str) -> None:
+    """Remember which account the warehouse holds (see :func:`check_source`)."""
+    with writing(path) as con:
+        con.execute(
+            f'CREATE TABLE IF NOT EXISTS "{DATASET}"."{SOURCE_TABLE}" '
+            "(source VARCHAR NOT NULL, recorded_at TIMESTAMPTZ NOT NULL)"
+        )
+        con.execute(f'DELETE FROM "{DATASET}"."{SOURCE_TABLE}"')
+        con.execute(f'INSERT INTO "{DATASET}"."{SOURCE_TABLE}" VALUES (?, now())', [identity])
 
 
 def write_source(

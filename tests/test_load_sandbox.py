@@ -381,3 +381,20 @@ def test_locked_warehouse_is_retried_then_reported(sandbox: Any, tmp_path: Path)
     assert _dump(db) == before
     run_load(db, _api(sandbox))
     assert_equals_ground_truth(db, sandbox.ground_truth())
+
+
+def test_a_warehouse_never_mixes_two_accounts(sandbox: Any, tmp_path: Path) -> None:
+    db = tmp_path / "w.duckdb"
+    run_load(db, _api(sandbox))
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT source FROM terminal49.freetime_source").fetchall() == [
+            ("sandbox",)
+        ]
+        con.execute("SELECT count(*) FROM terminal49.containers").fetchall()
+    # Pretend the warehouse holds a real account: loading the sandbox into it is refused.
+    with duckdb.connect(str(db)) as con:
+        con.execute("UPDATE terminal49.freetime_source SET source = 'https://api.terminal49.com/v2'")
+    before = _dump(db)
+    with pytest.raises(ConfigError, match="holds data loaded from https://api.terminal49.com/v2"):
+        run_load(db, _api(sandbox))
+    assert _dump(db) == before
