@@ -218,6 +218,27 @@ def run(
 
     Uses TERMINAL49_API_KEY (or .dlt/secrets.toml) when set; otherwise the embedded sandbox.
     """
+    code = 0
+    try:
+        _run(duckdb, as_of, limit)
+    except typer.Exit as exc:
+        code = exc.exit_code
+    _leave(code)
+
+
+def _leave(code: int) -> None:
+    """Exit after the exit handlers (Prefect flushes its logs, the temporary server stops) but
+    without interpreter teardown: with Prefect loaded, DuckDB's bindings print a screenful of
+    "nanobind: leaked ..." at teardown, which would bury the at-risk table."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _run(duckdb: Path | None, as_of: str | None, limit: int) -> None:
     command_started = time.perf_counter()
     age = process_age()
     started = command_started - age if age is not None else None
