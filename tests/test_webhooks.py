@@ -504,3 +504,41 @@ def test_sandbox_changes_flow_to_the_warehouse(sandbox: Any, paths: tuple[Path, 
         cid for cid in noted if got.get(cid) != truth[cid]["attributes"]["current_status"]
     ]
     assert not mismatched, mismatched[:5]
+
+
+def test_reconcile_finds_notifications_the_receiver_never_got(
+    sandbox: Any, paths: tuple[Path, Path]
+) -> None:
+    """Nothing listens at the webhook's URL: every delivery fails, and reconciliation through
+    ``GET /webhook_notifications`` still brings each notification into the inbox and the
+    warehouse, exactly once."""
+    from pipelines.config import ApiSettings
+    from pipelines.load import run_load
+
+    duckdb_path, inbox_path = paths
+    api = ApiSettings.resolve(
+        base_url=sandbox.base_url, api_key=sandbox.api_key, rate_limit_per_minute=100_000
+    )
+    run_load(duckdb_path, api)
+    sock = _bound_socket()
+    port = sock.getsockname()[1]
+    sock.close()  # a port where nothing listens
+    before = {n["id"] for n in sandbox.deliveries()}
+    hook = sandbox.register_webhook(f"http://127.0.0.1:{port}{PATH}")
+    try:
+        sandbox.advance(hours=24)
+        sandbox.deliver_pending(timeout=30, due_only=True)
+        missed = {n["id"] for n in sandbox.deliveries() if n["webhook_id"] == hook["id"]}
+    finally:
+        sandbox.delete_webhook(hook["id"])
+    missed -= before
+    assert missed, "the advance emitted nothing: the test proves nothing"
+    with Terminal49Client(api.base_url, api.api_key or "", rate_limit_per_minute=None) as c:
+        summary = apply_inbox(duckdb_path, inbox_path, c, reconcile=True)
+        again = apply_inbox(duckdb_path, inbox_path, c, reconcile=True)
+    assert summary.reconciled >= len(missed)
+    assert again.notifications == 0
+    stored = {r[0] for r in rows(duckdb_path, "select id from terminal49.webhook_notifications")}
+    assert missed <= stored
+    with Inbox(inbox_path) as inbox:
+        assert missed <= inbox.ids() and inbox.pending() == []
