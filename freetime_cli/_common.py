@@ -6,6 +6,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import NoReturn
 
 import typer
@@ -19,6 +20,22 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """Print one line to stderr and exit: bad input never ends in a traceback."""
     console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def parse_as_of(text: str | None) -> datetime | None:
+    """``--as-of``: an ISO 8601 date or instant (``2026-11-20T12:00:00Z``); naive means UTC.
+
+    Raises ValueError with a message meant for the user.
+    """
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"--as-of {text!r} is not an ISO 8601 date or instant (e.g. 2026-11-20T12:00:00Z)"
+        ) from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def quiet_logging() -> None:

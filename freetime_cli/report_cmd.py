@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from freetime_cli._common import console, fail
-
-
-def _parse_as_of(text: str) -> datetime:
-    """ISO 8601 date or date-time; a naive value is taken as UTC."""
-    try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"--as-of {text!r} is not an ISO 8601 date or date-time") from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+from freetime_cli._common import console, fail, parse_as_of
 
 
 def report(
@@ -42,7 +32,7 @@ def report(
 
     path = duckdb or default_duckdb_path()
     try:
-        when = _parse_as_of(as_of) if as_of else None
+        when = parse_as_of(as_of)
         if out.exists() and out.is_dir():
             raise ValueError(f"--out {out} is a directory; give a file name such as report.html")
         if not path.exists():

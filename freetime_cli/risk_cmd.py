@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from freetime_cli._common import parse_as_of
 
 if TYPE_CHECKING:
     import polars as pl
@@ -23,15 +24,6 @@ _SHOW = [
 def _fail(message: str) -> None:
     typer.echo(f"freetime risk: {message}", err=True)
     raise typer.Exit(2)
-
-
-def _parse_as_of(text: str) -> datetime:
-    """ISO 8601 date or date-time; a naive value is taken as UTC."""
-    try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"--as-of {text!r} is not an ISO 8601 date or date-time") from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def risk(
@@ -56,7 +48,7 @@ def risk(
     from pipelines.warehouse import WarehouseLocked, WarehouseMissing
 
     try:
-        when = _parse_as_of(as_of) if as_of else None
+        when = parse_as_of(as_of)
         levels = [x.strip() for lv in (level or []) for x in lv.split(",") if x.strip()]
         bad = [x for x in levels if x not in LEVELS]
         if bad:

@@ -28,7 +28,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from freetime_cli._common import console, embedded_sandbox, fail, out, quiet_logging
+from freetime_cli._common import (
+    console,
+    embedded_sandbox,
+    fail,
+    out,
+    parse_as_of,
+    quiet_logging,
+)
 
 if TYPE_CHECKING:
     from flows.sync import RunReport
@@ -46,17 +53,6 @@ PREFECT_QUIET_ENV = {
     # database and logs "database is locked" tracebacks; nothing here needs it.
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
 }
-
-
-def parse_as_of(value: str | None) -> dt.datetime | None:
-    """ISO 8601 instant (``2026-11-20T12:00:00Z``, ``2026-11-20``); naive means UTC."""
-    if value is None:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        fail(f"--as-of must be an ISO 8601 date or instant (e.g. 2026-11-20T12:00:00Z): {value!r}")
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 class _DropUserFacingTracebacks(logging.Filter):
@@ -242,7 +238,10 @@ def _run(duckdb: Path | None, as_of: str | None, limit: int) -> None:
     command_started = time.perf_counter()
     age = process_age()
     started = command_started - age if age is not None else None
-    when = parse_as_of(as_of)
+    try:
+        when = parse_as_of(as_of)
+    except ValueError as exc:
+        fail(str(exc))
     for key, value in PREFECT_QUIET_ENV.items():
         os.environ.setdefault(key, value)
     quiet_logging()
