@@ -7,10 +7,20 @@ import logging
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import NoReturn
+from pathlib import Path
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+
+#: ``--duckdb`` and ``--base-url``, the same for every command that takes them.
+DuckDbOption = Annotated[
+    Path | None,
+    typer.Option(help="Warehouse file (env FREETIME_DUCKDB; default data/freetime.duckdb)."),
+]
+BaseUrlOption = Annotated[
+    str | None, typer.Option(help="API base URL ending in /v2 (env TERMINAL49_BASE_URL).")
+]
 
 console = Console(stderr=True)
 out = Console()

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from freetime_cli._common import console, fail, out, quiet_logging
+from freetime_cli._common import BaseUrlOption, DuckDbOption, console, fail, out, quiet_logging
 from pipelines.config import ApiSettings, ConfigError
 from pipelines.warehouse import WarehouseLocked
 
@@ -20,9 +20,7 @@ def upload(
     name: Annotated[
         str | None, typer.Option(help="Document name (one file only; default: the file name).")
     ] = None,
-    base_url: Annotated[
-        str | None, typer.Option(help="API base URL ending in /v2 [env TERMINAL49_BASE_URL].")
-    ] = None,
+    base_url: BaseUrlOption = None,
 ) -> None:
     """Upload files by direct upload and create a document for each."""
     from pipelines.documents import (
@@ -71,13 +69,8 @@ def upload(
 
 @app.command("sync")
 def sync(
-    duckdb: Annotated[
-        Path | None,
-        typer.Option(help="Warehouse file [env FREETIME_DUCKDB; default data/freetime.duckdb]."),
-    ] = None,
-    base_url: Annotated[
-        str | None, typer.Option(help="API base URL ending in /v2 [env TERMINAL49_BASE_URL].")
-    ] = None,
+    duckdb: DuckDbOption = None,
+    base_url: BaseUrlOption = None,
 ) -> None:
     """Load documents, email submissions and document representations into the warehouse."""
     from pipelines.documents import sync_documents

@@ -12,7 +12,15 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from freetime_cli._common import console, embedded_sandbox, fail, out, quiet_logging
+from freetime_cli._common import (
+    BaseUrlOption,
+    DuckDbOption,
+    console,
+    embedded_sandbox,
+    fail,
+    out,
+    quiet_logging,
+)
 from pipelines.config import ApiSettings, ConfigError
 from pipelines.warehouse import WarehouseLocked
 
@@ -22,23 +30,19 @@ if TYPE_CHECKING:  # dlt takes a second to import: only the command itself pays 
 
 
 def load(
-    duckdb: Annotated[
-        Path | None,
-        typer.Option(help="Warehouse file [env FREETIME_DUCKDB; default data/freetime.duckdb]."),
-    ] = None,
-    base_url: Annotated[
-        str | None, typer.Option(help="API base URL ending in /v2 [env TERMINAL49_BASE_URL].")
-    ] = None,
+    duckdb: DuckDbOption = None,
+    base_url: BaseUrlOption = None,
     sandbox: Annotated[
         bool, typer.Option("--sandbox", help="Start the local sandbox and load from it.")
     ] = False,
     rate_limit: Annotated[
-        float | None, typer.Option(help="Requests per minute [env TERMINAL49_RATE_LIMIT; 100].")
+        float | None, typer.Option(help="Requests per minute (env TERMINAL49_RATE_LIMIT; 100).")
     ] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=16, help="Pages fetched at once.")] = 4,
 ) -> None:
     """Load the Terminal49 account (containers, shipments, holds, fees, terminals, ports)."""
     from pipelines.load import LoadFailed
+
     quiet_logging()
     try:
         with contextlib.ExitStack() as stack:
@@ -61,6 +65,7 @@ def load_with_progress(
 ) -> LoadSummary:
     """Run the load with a live line: pages, records, request rate."""
     from pipelines.load import run_load
+
     started = time.monotonic()
     state: dict[str, ScanStats] = {}
     line = Text("starting load…")

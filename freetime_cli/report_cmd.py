@@ -7,21 +7,20 @@ from typing import Annotated
 
 import typer
 
-from freetime_cli._common import console, fail, parse_as_of
+from freetime_cli._common import DuckDbOption, console, fail, parse_as_of
 
 
 def report(
-    duckdb: Annotated[
-        Path | None,
-        typer.Option(help="Warehouse file [env FREETIME_DUCKDB; default data/freetime.duckdb]."),
-    ] = None,
-    out: Annotated[
-        Path, typer.Option("--out", help="HTML file to write.")
-    ] = Path("data") / "report.html",
+    duckdb: DuckDbOption = None,
+    out: Annotated[Path, typer.Option("--out", help="HTML file to write.")] = Path("data")
+    / "report.html",
     as_of: Annotated[
         str | None,
-        typer.Option("--as-of", help="ISO instant to recompute the risk at, in memory (naive = "
-                     "UTC). Default: the published risk run."),
+        typer.Option(
+            "--as-of",
+            help="ISO instant to recompute the risk at, in memory (naive = "
+            "UTC). Default: the published risk run.",
+        ),
     ] = None,
 ) -> None:
     """Write the demurrage risk report: summary, charts and the at-risk table in one HTML file."""
@@ -40,5 +39,8 @@ def report(
         written = write_report(path, out, as_of=when)
     except (ValueError, TariffError, WarehouseLocked, WarehouseMissing, OSError) as exc:
         fail(str(exc))
-    console.print(f"report: wrote {written} ({written.stat().st_size / 1e6:.1f} MB); "
-                  f"open it in a browser (works offline)", highlight=False)
+    console.print(
+        f"report: wrote {written} ({written.stat().st_size / 1e6:.1f} MB); "
+        f"open it in a browser (works offline)",
+        highlight=False,
+    )

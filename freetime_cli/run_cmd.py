@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from freetime_cli._common import (
+    DuckDbOption,
     console,
     embedded_sandbox,
     fail,
@@ -72,8 +73,11 @@ class _DropUserFacingTracebacks(logging.Filter):
         return not (
             record.name.startswith("prefect.")
             and any(k.__name__ in message for k in self.kinds)
-            and ("Finished in state" in message or "Retries are exhausted" in message
-                 or "Task run failed" in message)
+            and (
+                "Finished in state" in message
+                or "Retries are exhausted" in message
+                or "Task run failed" in message
+            )
         )
 
 
@@ -130,9 +134,21 @@ class BackgroundPrefectServer:
         self.api_url = f"http://127.0.0.1:{self.port}/api"
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
-             "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "error",
-             "--lifespan", "on"],
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "prefect.server.api.server:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "error",
+                "--lifespan",
+                "on",
+            ],
             env={
                 **os.environ,
                 "PREFECT_UI_ENABLED": "0",
@@ -166,8 +182,7 @@ class BackgroundPrefectServer:
         self._log.seek(0)
         lines = self._log.read()[-2000:].decode(errors="replace").strip().splitlines()
         raise RuntimeError(
-            "the temporary Prefect server did not start"
-            + (f": {lines[-1]}" if lines else "")
+            "the temporary Prefect server did not start" + (f": {lines[-1]}" if lines else "")
         )
 
     def stop(self) -> None:
@@ -198,13 +213,10 @@ def _free_port() -> int:
 
 
 def run(
-    duckdb: Annotated[
-        Path | None,
-        typer.Option(help="Warehouse file [env FREETIME_DUCKDB; default data/freetime.duckdb]."),
-    ] = None,
+    duckdb: DuckDbOption = None,
     as_of: Annotated[
         str | None,
-        typer.Option("--as-of", help="Compute risk as of this ISO 8601 instant [default: now]."),
+        typer.Option("--as-of", help="Compute risk as of this ISO 8601 instant (default: now)."),
     ] = None,
     limit: Annotated[
         int, typer.Option(min=0, help="At-risk rows to print, most urgent first (0: all).")
@@ -298,9 +310,7 @@ def _run_sync(duckdb: Path | None, as_of: dt.datetime | None) -> RunReport:
 
     _quiet_prefect_console(USER_FACING)
     try:
-        state = sync(
-            duckdb_path=str(duckdb) if duckdb else None, as_of=as_of, return_state=True
-        )
+        state = sync(duckdb_path=str(duckdb) if duckdb else None, as_of=as_of, return_state=True)
     except httpx.HTTPError as exc:  # PREFECT_API_URL set but nothing answers there
         from prefect.settings import PREFECT_API_URL
 
@@ -308,8 +318,10 @@ def _run_sync(duckdb: Path | None, as_of: dt.datetime | None) -> RunReport:
     if not state.is_completed():
         result: Any = state.result(raise_on_failure=False)
         if isinstance(result, BaseException):
-            message = str(result) if isinstance(result, USER_FACING) else (
-                f"{type(result).__name__}: {result}"
+            message = (
+                str(result)
+                if isinstance(result, USER_FACING)
+                else (f"{type(result).__name__}: {result}")
             )
         else:
             message = state.message or state.name or "the sync flow did not complete"

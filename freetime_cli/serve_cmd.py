@@ -56,9 +56,21 @@ def local_prefect_server(port: int) -> Iterator[str]:
     env.pop("PREFECT_API_URL", None)
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "prefect", "server", "start", "--host", LOCAL_HOST,
-             "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            [
+                sys.executable,
+                "-m",
+                "prefect",
+                "server",
+                "start",
+                "--host",
+                LOCAL_HOST,
+                "--port",
+                str(port),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
         )
         try:
             deadline = time.monotonic() + SERVER_START_TIMEOUT_S
@@ -85,12 +97,13 @@ def local_prefect_server(port: int) -> Iterator[str]:
 def serve(
     port: Annotated[
         int,
-        typer.Option(help="Port of the local Prefect server started when PREFECT_API_URL is "
-                     "not set."),
+        typer.Option(
+            help="Port of the local Prefect server started when PREFECT_API_URL is not set."
+        ),
     ] = 4200,
     prefect_file: Annotated[
         Path | None,
-        typer.Option(help="Deployment file [default: the project's prefect.yaml]."),
+        typer.Option(help="Deployment file (default: the project's prefect.yaml)."),
     ] = None,
 ) -> None:
     """Serve the scheduled deployments (hourly sync, nightly reconcile) from this machine.
@@ -135,11 +148,15 @@ def _serve(specs: list[Any], api_url: str) -> None:
     deployments = [spec.to_runner_deployment() for spec in specs]
     ui_url = api_url.rstrip("/").removesuffix("/api")
     for spec in specs:
-        when = ", ".join(
-            (s.cron and f"cron {s.cron!r}") or (s.rrule and f"rrule {s.rrule!r}")
-            or f"every {s.interval_seconds:.0f}s"
-            for s in spec.schedules
-        ) or "no schedule"
+        when = (
+            ", ".join(
+                (s.cron and f"cron {s.cron!r}")
+                or (s.rrule and f"rrule {s.rrule!r}")
+                or f"every {s.interval_seconds:.0f}s"
+                for s in spec.schedules
+            )
+            or "no schedule"
+        )
         tz = {s.timezone for s in spec.schedules if s.timezone}
         console.print(
             f"serving {spec.name} ({spec.entrypoint}): {when}"

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from freetime_cli._common import console, fail, out, quiet_logging
+from freetime_cli._common import BaseUrlOption, DuckDbOption, console, fail, out, quiet_logging
 from pipelines.config import ApiSettings, ConfigError
 from pipelines.warehouse import WarehouseLocked
 
@@ -25,13 +25,13 @@ def serve(
         typer.Option(
             envvar="FREETIME_WEBHOOK_SECRET",
             show_envvar=True,
-            help="The webhook's signing secret [env FREETIME_WEBHOOK_SECRET].",
+            help="The webhook's signing secret (env FREETIME_WEBHOOK_SECRET).",
         ),
     ] = None,
     inbox: Annotated[
         Path | None,
         typer.Option(
-            help="Inbox file [env FREETIME_INBOX; default inbox.sqlite beside the warehouse]."
+            help="Inbox file (env FREETIME_INBOX; default inbox.sqlite beside the warehouse)."
         ),
     ] = None,
 ) -> None:
@@ -69,20 +69,15 @@ def serve(
 
 @app.command("apply")
 def apply(
-    duckdb: Annotated[
-        Path | None,
-        typer.Option(help="Warehouse file [env FREETIME_DUCKDB; default data/freetime.duckdb]."),
-    ] = None,
+    duckdb: DuckDbOption = None,
     inbox: Annotated[
-        Path | None, typer.Option(help="Inbox file [env FREETIME_INBOX; default beside warehouse].")
+        Path | None, typer.Option(help="Inbox file (env FREETIME_INBOX; default beside warehouse).")
     ] = None,
     reconcile: Annotated[
         bool,
         typer.Option("--reconcile", help="First pull missed notifications from the API."),
     ] = False,
-    base_url: Annotated[
-        str | None, typer.Option(help="API base URL ending in /v2 [env TERMINAL49_BASE_URL].")
-    ] = None,
+    base_url: BaseUrlOption = None,
 ) -> None:
     """Apply the inbox's new notifications to the warehouse (idempotent)."""
     from pipelines.load import LoadFailed
