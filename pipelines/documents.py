@@ -31,6 +31,7 @@ import httpx
 import orjson
 
 from pipelines.config import ApiSettings, ConfigError, resolve_duckdb_path
+from pipelines.terminal49.client import Terminal49Client, Terminal49Error
 
 DIRECT_UPLOADS_PATH = "/rails/active_storage/direct_uploads"
 DOCUMENTS_PATH = "/documents"
@@ -123,19 +124,17 @@ class DocumentsClient:
                 ".dlt/secrets.toml)"
             )
         self.base_url = api.base_url.rstrip("/")
-        self._sleep = sleep
-        timeout = httpx.Timeout(120.0, connect=10.0)
-        self._api = httpx.Client(
-            base_url=self.base_url,
-            headers={
-                "Authorization": f"Token {api.api_key}",
-                "Accept": "application/vnd.api+json",
-                "User-Agent": "freetime (+https://github.com/freetime)",
-            },
-            timeout=timeout,
+        # The API side goes through the project's one HTTP seam (pacing, Retry-After, retries);
+        # POSTs are retried a few times only: a second /documents is answered 409 anyway.
+        self._api = Terminal49Client(
+            self.base_url,
+            api.api_key,
+            rate_limit_per_minute=api.rate_limit_per_minute,
             transport=transport,
-            follow_redirects=False,
+            max_attempts=_ATTEMPTS,
+            sleep=sleep,
         )
+        timeout = httpx.Timeout(120.0, connect=10.0)
         # storage: absolute URLs, no default headers at all (never the key)
         self._storage = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False)
 
@@ -153,28 +152,11 @@ class DocumentsClient:
         self.close()
 
     def _post(self, path: str, body: dict[str, Any], content_type: str) -> httpx.Response:
-        """POST, retrying 429 (``Retry-After``), 5xx and transport errors a few times."""
-        payload = orjson.dumps(body)
-        for attempt in range(1, _ATTEMPTS + 1):
-            try:
-                resp = self._api.post(path, content=payload, headers={"Content-Type": content_type})
-            except httpx.TransportError as exc:
-                if attempt == _ATTEMPTS:
-                    raise UploadFailed(f"POST {path}: {type(exc).__name__}") from None
-                self._sleep(0.5 * 2**attempt)
-                continue
-            if resp.status_code == 429 and attempt < _ATTEMPTS:
-                try:
-                    wait = float(resp.headers.get("Retry-After", "1"))
-                except ValueError:
-                    wait = 1.0
-                self._sleep(min(max(wait, 0.0), 60.0))
-                continue
-            if resp.status_code >= 500 and attempt < _ATTEMPTS:
-                self._sleep(0.5 * 2**attempt)
-                continue
-            return resp
-        raise AssertionError("unreachable")
+        """POST through the API client; giving up after its retries is an UploadFailed."""
+        try:
+            return self._api.post(path, orjson.dumps(body), content_type)
+        except Terminal49Error as exc:
+            raise UploadFailed(str(exc)) from None
 
     def upload_bytes(
         self,
@@ -263,7 +245,6 @@ def sync_documents(
 ) -> dict[str, int]:
     """Load documents, email submissions and representations; rows written per table."""
     from pipelines.load import make_pipeline, write_source
-    from pipelines.terminal49.client import Terminal49Client
     from pipelines.terminal49.documents import DOCUMENT_TABLE_HINTS, documents_source
 
     api = api or ApiSettings.resolve()

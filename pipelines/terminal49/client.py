@@ -179,15 +179,55 @@ class Terminal49Client:
         """GET ``path`` and return ``parse(body)`` of the 200 answer.
 
         ``parse`` runs in the calling thread; an :class:`UnreadableBody` it raises (a truncated
-        answer) is retried like a dropped connection.
+        answer) is retried like a dropped connection. 401/403 raise :class:`AuthError`, other
+        4xx :class:`ApiError`.
         """
+        response, value = self._exchange("GET", path, params=params, parse=parse)
+        if response.status_code == 200:
+            return value  # type: ignore[return-value]
+        if response.status_code in (401, 403):
+            raise AuthError(
+                f"the API refused the key ({response.status_code} {response.reason_phrase}: "
+                f"{_error_detail(response)}); check TERMINAL49_API_KEY"
+            )
+        raise ApiError(
+            response.status_code,
+            f"GET {path}: {response.status_code} {_error_detail(response)}",
+        )
+
+    def post(self, path: str, body: bytes, content_type: str) -> httpx.Response:
+        """POST ``body`` to ``path``, paced and retried like a GET (429, 5xx, network).
+
+        Returns the first answer that is not retried, whatever its status: the caller reads
+        4xx bodies itself (409 ``duplicate_document``, 422 with ``source.pointer``).
+        """
+        response, _ = self._exchange(
+            "POST", path, content=body, headers={"Content-Type": content_type}
+        )
+        return response
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        parse: Callable[[bytes], T] | None = None,
+    ) -> tuple[httpx.Response, T | None]:
+        """The one retry loop: pace, send, read the whole body; retry 429 (``Retry-After``),
+        5xx, network errors and (with ``parse``) unreadable 200 bodies; return the first
+        answer that is none of these, with ``parse(body)`` for a 200."""
         attempt = 0
         limited = 0
         while True:
             self.limiter.acquire()
             self.stats.sent()
             try:
-                response = self._http.get(path, params=params)
+                response = self._http.request(
+                    method, path, params=params, content=content, headers=headers
+                )
                 body = response.content  # reads the whole body: truncation raises here
             except httpx.TransportError as exc:  # timeouts, refused, dropped, truncated
                 attempt += 1
@@ -195,39 +235,36 @@ class Terminal49Client:
             else:
                 self.stats.add(bytes=len(body))
                 status = response.status_code
-                if status == 200:
-                    try:
-                        return parse(body)
-                    except UnreadableBody as exc:
-                        attempt += 1
-                        reason = str(exc)
-                elif status == 429:
+                if status == 429:
                     limited += 1
                     self.stats.add(rate_limited=1, retries=1)
                     if limited > settings.MAX_RATE_LIMITED:
                         raise RetriesExhausted(
-                            f"GET {path}: still rate limited (429) after {limited} tries"
+                            f"{method} {path}: still rate limited (429) after {limited} tries"
                         )
                     wait = _retry_after_seconds(response.headers.get("Retry-After"), 1.0)
-                    log.info("GET %s: 429, waiting %.1fs (Retry-After)", path, wait)
+                    log.info("%s %s: 429, waiting %.1fs (Retry-After)", method, path, wait)
                     self.limiter.penalise(wait)
                     continue
-                elif status in (401, 403):
-                    raise AuthError(
-                        f"the API refused the key ({status} {response.reason_phrase}: "
-                        f"{_error_detail(response)}); check TERMINAL49_API_KEY"
-                    )
-                elif status >= 500:
+                if status >= 500:
                     attempt += 1
                     reason = f"HTTP {status}"
+                elif status == 200 and parse is not None:
+                    try:
+                        return response, parse(body)
+                    except UnreadableBody as exc:
+                        attempt += 1
+                        reason = str(exc)
                 else:
-                    raise ApiError(status, f"GET {path}: {status} {_error_detail(response)}")
+                    return response, None
             if attempt >= self.max_attempts:
-                raise RetriesExhausted(f"GET {path}: gave up after {attempt} attempts ({reason})")
+                raise RetriesExhausted(
+                    f"{method} {path}: gave up after {attempt} attempts ({reason})"
+                )
             self.stats.add(retries=1)
             delay = min(settings.BACKOFF_CAP_S, self.backoff_base_s * 2 ** (attempt - 1))
             delay *= 0.5 + random.random()  # jitter: concurrent workers must not retry in step
-            log.info("GET %s: %s, retry %d in %.1fs", path, reason, attempt, delay)
+            log.info("%s %s: %s, retry %d in %.1fs", method, path, reason, attempt, delay)
             self._sleep(delay)
 
     # -- many pages ----------------------------------------------------------------------------
