@@ -13,15 +13,15 @@ Usage: ``uv run python benchmarks/bench_webhooks.py [--count 3000] [--concurrenc
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from freetime_cli.webhooks_cmd import start_receiver_process
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 SECRET = "bench-secret"
 
@@ -54,39 +54,8 @@ asyncio.run(main())
 """
 
 
-def start_receiver(secret: str, inbox: Path) -> tuple[subprocess.Popen[bytes], str]:
-    env = {**os.environ, "FREETIME_WEBHOOK_SECRET": secret}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "freetime_cli.main",
-            "webhooks",
-            "serve",
-            "--port",
-            "0",
-            "--inbox",
-            str(inbox),
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    assert proc.stdout is not None
-    url = proc.stdout.readline().decode().strip().removeprefix("url: ")
-    import httpx
-
-    while True:
-        try:
-            httpx.get(url.rsplit("/webhooks", 1)[0] + "/healthz", timeout=1)
-            return proc, url
-        except httpx.TransportError:
-            time.sleep(0.05)
-
-
 def bench_throughput(tmp: Path, count: int, concurrency: int) -> float:
-    proc, url = start_receiver(SECRET, tmp / "inbox-rate.sqlite")
+    proc, url = start_receiver_process(SECRET, tmp / "inbox-rate.sqlite")
     try:
         example = REPO.parent / "shared/reference/terminal49/webhooks/container.updated.json"
         out = subprocess.run(
@@ -127,27 +96,7 @@ def bench_latency(tmp: Path, containers: int) -> tuple[float, dict[str, float], 
         s.close()
         hook = sb.register_webhook(f"http://127.0.0.1:{port}/webhooks/terminal49")
         secret = hook["attributes"]["secret"]
-        env = {**os.environ, "FREETIME_WEBHOOK_SECRET": secret}
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "freetime_cli.main",
-                "webhooks",
-                "serve",
-                "--port",
-                str(port),
-                "--inbox",
-                str(inbox),
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        assert proc.stdout is not None
-        proc.stdout.readline()
-        time.sleep(1.0)
+        proc, _ = start_receiver_process(secret, inbox, port=port)
         try:
             t0 = time.perf_counter()
             sb.advance(hours=24)

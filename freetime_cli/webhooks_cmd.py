@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -116,3 +119,44 @@ def apply(
     if summary.unresolved:
         console.print(f"unresolved notifications: {', '.join(summary.unresolved[:10])}")
     sys.stdout.flush()
+
+
+def start_receiver_process(
+    secret: str, inbox: Path, port: int = 0, timeout: float = 20.0
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``freetime webhooks serve`` as a subprocess (for tests and benchmarks).
+
+    Returns the process and the URL it prints, once its ``/healthz`` answers. The caller
+    terminates (or kills) the process.
+    """
+    import httpx
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "freetime_cli.main",
+            "webhooks",
+            "serve",
+            "--port",
+            str(port),
+            "--inbox",
+            str(inbox),
+        ],
+        env={**os.environ, "FREETIME_WEBHOOK_SECRET": secret},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().decode().strip().removeprefix("url: ")
+    health = url.rsplit("/webhooks", 1)[0] + "/healthz"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(health, timeout=1)
+            return proc, url
+        except httpx.TransportError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"the webhook receiver did not start ({url!r})") from None
+            time.sleep(0.05)

@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,13 +19,14 @@ import orjson
 import pytest
 import uvicorn
 
+from freetime_cli.webhooks_cmd import start_receiver_process
 from pipelines.terminal49.client import Terminal49Client
 from pipelines.warehouse import reading
 from pipelines.webhooks.apply import apply_inbox
 from pipelines.webhooks.inbox import Inbox, MalformedNotification, parse_notification
 from pipelines.webhooks.receiver import PATH, create_app
 from pipelines.webhooks.signing import HEADER, sign, verify
-from tests.conftest import REPO, T49, reference_json
+from tests.conftest import T49, reference_json
 
 SECRET = "test-secret-0123456789"
 EXAMPLES = sorted((T49 / "webhooks").glob("*.json"))
@@ -380,36 +380,9 @@ def test_blast_of_1000_with_duplicates_bad_signatures_and_malformed(
 def test_killed_receiver_loses_nothing_it_acknowledged(tmp_path: Path) -> None:
     inbox_path = tmp_path / "inbox.sqlite"
     template = orjson.loads((T49 / "webhooks" / "container.updated.json").read_bytes())
-    env = {**os.environ, "FREETIME_WEBHOOK_SECRET": SECRET}
 
     def start() -> tuple[subprocess.Popen[bytes], str]:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "freetime_cli.main",
-                "webhooks",
-                "serve",
-                "--port",
-                "0",
-                "--inbox",
-                str(inbox_path),
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        assert proc.stdout is not None
-        url = proc.stdout.readline().decode().strip().removeprefix("url: ")
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(url.replace(PATH, "/healthz"), timeout=1)
-                return proc, url
-            except httpx.TransportError:
-                assert time.monotonic() < deadline and proc.poll() is None
-                time.sleep(0.05)
+        return start_receiver_process(SECRET, inbox_path)
 
     acked: set[str] = set()
     lock = threading.Lock()
