@@ -20,9 +20,7 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from sandbox.testing import SandboxProcess  # noqa: E402
+from sandbox.testing import SandboxProcess
 
 SERVE_TARGET = 3000.0
 RSS_TARGET_MB = 2048.0
