@@ -73,11 +73,16 @@ def _concat(tables: list[pa.Table]) -> list[pa.Table]:
         return tables  # e.g. a new attribute typed differently on two pages: dlt unifies
 
 
-def _table_resource(name: str, parent: DltResource) -> DltResource:
+def table_resource(
+    name: str, parent: DltResource, hints: dict[str, dict[str, Any]] | None = None
+) -> DltResource:
+    """A transformer that writes table ``name`` of each :class:`Batch` ``parent`` yields,
+    with that table's hints (default :data:`TABLE_HINTS`)."""
+
     def pick(batch: Batch) -> Iterator[pa.Table]:
         yield from _concat(batch.get(name, []))
 
-    return dlt.transformer(pick, name=name, data_from=parent, **TABLE_HINTS[name])
+    return dlt.transformer(pick, name=name, data_from=parent, **(hints or TABLE_HINTS)[name])
 
 
 @dlt.source(name="terminal49", max_table_nesting=0)
@@ -111,7 +116,7 @@ def terminal49_source(
             yield batch
 
     parent = dlt.resource(batches, name="pages", selected=False)
-    return [_table_resource(name, parent) for name in TABLE_HINTS]
+    return [table_resource(name, parent) for name in TABLE_HINTS]
 
 
-__all__ = ["TABLE_HINTS", "Terminal49Client", "terminal49_source"]
+__all__ = ["TABLE_HINTS", "Batch", "Terminal49Client", "table_resource", "terminal49_source"]

@@ -20,7 +20,7 @@ import dlt
 import pyarrow as pa
 from dlt.sources import DltResource
 
-from pipelines.terminal49 import flatten, settings
+from pipelines.terminal49 import Batch, flatten, settings, table_resource
 from pipelines.terminal49.client import ApiError, Terminal49Client
 
 DOCUMENTS_PATH = "/documents"
@@ -181,7 +181,7 @@ def documents_source(
     if include_email_submissions:
         lists.append((EMAIL_SUBMISSIONS_PATH, EMAIL_SUBMISSION_INCLUDE))
 
-    def batches() -> Iterator[dict[str, pa.Table]]:
+    def batches() -> Iterator[Batch]:
         for path, include in lists:
             for doc in _pages(client, path, include, page_size):
                 data = doc.get("data") or []
@@ -190,18 +190,10 @@ def documents_source(
                 resources = [r for r in [*data, *included] if isinstance(r, dict)]
                 tables = document_tables(resources, dt.datetime.now(dt.UTC))
                 if tables:
-                    yield tables
+                    yield Batch({name: [table] for name, table in tables.items()})
 
     parent = dlt.resource(batches, name="document_pages", selected=False)
-
-    def table_resource(name: str) -> DltResource:
-        def pick(batch: dict[str, pa.Table]) -> Iterator[pa.Table]:
-            if name in batch:
-                yield batch[name]
-
-        return dlt.transformer(pick, name=name, data_from=parent, **DOCUMENT_TABLE_HINTS[name])
-
-    return [table_resource(name) for name in DOCUMENT_TABLE_HINTS]
+    return [table_resource(name, parent, DOCUMENT_TABLE_HINTS) for name in DOCUMENT_TABLE_HINTS]
 
 
 __all__ = ["DOCUMENT_TABLE_HINTS", "document_tables", "documents_source"]
