@@ -95,3 +95,27 @@ def prefect_harness() -> Iterator[None]:
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+PUBLISHED_AS_OF = "2026-11-20T12:00:00Z"
+
+
+@pytest.fixture(scope="session")
+def published_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A warehouse loaded from a 500-container sandbox with risk published as of
+    ``PUBLISHED_AS_OF``. Shared by the notebook and report tests: treat it as read-only."""
+    from datetime import datetime
+
+    from pipelines.analytics import publish_risk
+    from pipelines.config import ApiSettings
+    from pipelines.load import run_load
+    from sandbox.testing import SandboxProcess
+
+    path = tmp_path_factory.mktemp("published") / "freetime.duckdb"
+    with SandboxProcess(containers=500, seed=49, clock=PUBLISHED_AS_OF) as sb:
+        run_load(
+            path,
+            ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100000),
+        )
+    publish_risk(path, as_of=datetime.fromisoformat(PUBLISHED_AS_OF.replace("Z", "+00:00")))
+    return path

@@ -10,18 +10,13 @@ fails too.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pipelines.analytics import publish_risk
-from pipelines.config import ApiSettings
-from pipelines.load import run_load
 from pipelines.warehouse import writing
-from sandbox.testing import SandboxProcess
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
@@ -46,13 +41,8 @@ def run_notebook(notebook: Path, duckdb_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 @pytest.fixture(scope="module")
-def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = tmp_path_factory.mktemp("nb") / "freetime.duckdb"
-    with SandboxProcess(containers=500, seed=49, clock="2026-11-20T12:00:00Z") as sb:
-        run_load(path, ApiSettings(base_url=sb.base_url, api_key=sb.api_key,
-                                   rate_limit_per_minute=100000))
-    publish_risk(path, as_of=AS_OF)
-    yield path
+def warehouse(published_warehouse: Path) -> Path:
+    return published_warehouse
 
 
 def test_there_are_notebooks() -> None:

@@ -7,7 +7,6 @@ import re
 import shutil
 import struct
 import subprocess
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,13 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from freetime_cli.main import app
-from pipelines.analytics import at_risk, publish_risk
-from pipelines.config import ApiSettings
-from pipelines.load import run_load
+from pipelines.analytics import at_risk
 from pipelines.report import charts, load_risk, render_report, write_report
 from pipelines.report import data as rdata
 from pipelines.warehouse import reading
-from sandbox.testing import SandboxProcess
 
 AS_OF = datetime(2026, 11, 20, 12, tzinfo=UTC)
 CHART_IDS = ["risk-levels", "lfd-calendar", "exposure-terminal", "exposure-carrier", "holds",
@@ -34,13 +30,8 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = tmp_path_factory.mktemp("report") / "freetime.duckdb"
-    with SandboxProcess(containers=500, seed=49, clock="2026-11-20T12:00:00Z") as sb:
-        run_load(path, ApiSettings(base_url=sb.base_url, api_key=sb.api_key,
-                                   rate_limit_per_minute=100000))
-    publish_risk(path, as_of=AS_OF)
-    yield path
+def warehouse(published_warehouse: Path) -> Path:
+    return published_warehouse
 
 
 @pytest.fixture(scope="module")
