@@ -35,8 +35,8 @@ EXAMPLES = sorted((T49 / "webhooks").glob("*.json"))
 class Receiver:
     """The receiver app under uvicorn in a thread, on a pre-bound loopback socket."""
 
-    def __init__(self, secret: str, inbox: Path) -> None:
-        self.sock = _bound_socket()
+    def __init__(self, secret: str, inbox: Path, port: int = 0) -> None:
+        self.sock = _bound_socket(port)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}{PATH}"
         self.app = create_app(secret, inbox)
         config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on")
@@ -318,9 +318,10 @@ def sandbox() -> Iterator[Any]:
         yield sb
 
 
-def _bound_socket() -> socket.socket:
+def _bound_socket(port: int = 0) -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    s.bind(("127.0.0.1", 0))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", port))
     return s
 
 
@@ -336,14 +337,7 @@ def test_blast_of_1000_with_duplicates_bad_signatures_and_malformed(
     )
     secret = hook["attributes"]["secret"]
     try:
-        rx = Receiver(secret, inbox_path)
-        rx.sock.close()
-        rx.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        rx.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        rx.sock.bind(("127.0.0.1", port))
-        rx.thread = threading.Thread(
-            target=rx.server.run, kwargs={"sockets": [rx.sock]}, daemon=True
-        )
+        rx = Receiver(secret, inbox_path, port)
         with rx:
             report = sandbox.blast(
                 count=1000,
@@ -443,14 +437,7 @@ def test_sandbox_changes_flow_to_the_warehouse(sandbox: Any, paths: tuple[Path, 
     sock.close()
     hook = sandbox.register_webhook(f"http://127.0.0.1:{port}{PATH}")
     try:
-        rx = Receiver(hook["attributes"]["secret"], inbox_path)
-        rx.sock.close()
-        rx.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        rx.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        rx.sock.bind(("127.0.0.1", port))
-        rx.thread = threading.Thread(
-            target=rx.server.run, kwargs={"sockets": [rx.sock]}, daemon=True
-        )
+        rx = Receiver(hook["attributes"]["secret"], inbox_path, port)
         with rx:
             advanced = sandbox.advance(hours=72)
             settled = sandbox.deliver_pending(timeout=60)
