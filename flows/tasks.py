@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
@@ -59,7 +58,13 @@ from pipelines.load import LoadFailed, LoadSummary, run_load
 from pipelines.report import write_report
 from pipelines.terminal49.client import ApiError, AuthError, Terminal49Client
 from pipelines.terminal49.scan import ScanStats
-from pipelines.warehouse import WarehouseLocked, WarehouseMissing, reading, writing
+from pipelines.warehouse import (
+    WarehouseLocked,
+    WarehouseMissing,
+    read_table,
+    row_counts,
+    writing,
+)
 from pipelines.webhooks.apply import ApplySummary, apply_inbox
 from pipelines.webhooks.inbox import default_inbox_path
 
@@ -331,40 +336,6 @@ def write_html_report(duckdb_path: str) -> str:
     return str(write_report(path, path.parent / REPORT_NAME))
 
 
-def _read_table(path: Path, schema: str, name: str) -> pl.DataFrame | None:
-    """A whole published table or view, or None when it does not exist (e.g. first run)."""
-    with reading(path, retry_seconds=LOCK_RETRY_SECONDS) as con:
-        found = con.execute(
-            "SELECT count(*) FROM information_schema.tables "
-            "WHERE table_schema = ? AND table_name = ?",
-            [schema, name],
-        ).fetchone()
-        if not found or not found[0]:
-            return None
-        con.execute("SET TimeZone = 'UTC'")
-        df = pl.from_arrow(con.sql(f'SELECT * FROM {schema}."{name}"').arrow())
-    assert isinstance(df, pl.DataFrame)
-    return df
-
-
-def warehouse_counts(path: Path, tables: list[str]) -> dict[str, int]:
-    """Row counts of ``terminal49`` tables (0 for a table that does not exist)."""
-    out: dict[str, int] = {}
-    with reading(path, retry_seconds=LOCK_RETRY_SECONDS) as con:
-        have = {
-            r[0]
-            for r in con.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = ?",
-                [DATASET],
-            ).fetchall()
-        }
-        for t in tables:
-            row = con.execute(f'SELECT count(*) FROM {DATASET}."{t}"').fetchone() if t in have \
-                else (0,)
-            out[t] = int(row[0]) if row else 0
-    return out
-
-
 @dataclass
 class Published:
     """What the publish task made: the at-risk rows (also printed by ``freetime run``)."""
@@ -391,12 +362,18 @@ def publish_artifacts(
     path = resolve_duckdb_path(duckdb_path)
     current = at_risk(path, levels=LEVELS)  # every published row: the changes need them all
     rows = at_risk_rows(at_risk(path).to_dicts())
-    previous = _read_table(path, ANALYTICS_SCHEMA, "demurrage_risk_previous")
+    previous = read_table(
+        path, ANALYTICS_SCHEMA, "demurrage_risk_previous", retry_seconds=LOCK_RETRY_SECONDS
+    )
     changes = risk_changes(previous, current) if previous is not None else None
-    exposure = _read_table(path, ANALYTICS_SCHEMA, "exposure_by_terminal")
+    exposure = read_table(
+        path, ANALYTICS_SCHEMA, "exposure_by_terminal", retry_seconds=LOCK_RETRY_SECONDS
+    )
     recon: list[Reconciliation] = []
     if reconcile and load is not None:
-        counts = warehouse_counts(path, list(RECONCILED_TABLES.values()))
+        counts = row_counts(
+            path, DATASET, list(RECONCILED_TABLES.values()), retry_seconds=LOCK_RETRY_SECONDS
+        )
         recon = [
             Reconciliation(
                 table=f"{DATASET}.{table}",

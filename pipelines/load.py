@@ -28,7 +28,7 @@ from pipelines.terminal49 import terminal49_source
 from pipelines.terminal49.client import Terminal49Client, Terminal49Error
 from pipelines.terminal49.docs import apply_comments
 from pipelines.terminal49.scan import ScanIncomplete, ScanStats
-from pipelines.warehouse import WarehouseLocked, reading, writing
+from pipelines.warehouse import WarehouseLocked, reading, table_names, writing
 
 log = logging.getLogger("freetime.load")
 
@@ -198,7 +198,7 @@ def check_source(path: Path, identity: str, lock_retry_seconds: float = 30.0) ->
     if not path.exists():
         return
     with reading(path, retry_seconds=lock_retry_seconds) as con:
-        if not _has_table(con, SOURCE_TABLE):
+        if SOURCE_TABLE not in table_names(con, DATASET):
             return
         found = con.execute(f'SELECT source FROM "{DATASET}"."{SOURCE_TABLE}"').fetchall()
     if found and found[0][0] != identity:
@@ -207,15 +207,6 @@ def check_source(path: Path, identity: str, lock_retry_seconds: float = 30.0) ->
             f"{identity}. Use another --duckdb file (or remove {path}) rather than mixing "
             "two accounts in one warehouse"
         )
-
-
-def _has_table(con: Any, table: str) -> bool:
-    return bool(
-        con.execute(
-            "SELECT 1 FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
-            [DATASET, table],
-        ).fetchall()
-    )
 
 
 def record_source(path: Path, identity: str) -> None:

@@ -11,8 +11,12 @@ import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 class WarehouseLocked(Exception):
@@ -78,3 +82,42 @@ def writing(
         yield con
     finally:
         con.close()
+
+
+def table_names(con: duckdb.DuckDBPyConnection, schema: str) -> set[str]:
+    """The tables and views of ``schema`` (empty when the schema does not exist)."""
+    rows = con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = ?", [schema]
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def read_table(
+    path: str | Path, schema: str, name: str, *, retry_seconds: float = 30.0
+) -> pl.DataFrame | None:
+    """A whole table or view as a polars frame (instants in UTC), None when it does not exist."""
+    import polars as pl  # here: the CLI imports this module and should start fast
+    with reading(path, retry_seconds=retry_seconds) as con:
+        if name not in table_names(con, schema):
+            return None
+        con.execute("SET TimeZone = 'UTC'")
+        df = pl.from_arrow(con.sql(f'SELECT * FROM "{schema}"."{name}"').arrow())
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
+def row_counts(
+    path: str | Path, schema: str, tables: list[str], *, retry_seconds: float = 30.0
+) -> dict[str, int]:
+    """Row counts of ``tables`` in ``schema`` (0 for one that does not exist)."""
+    out: dict[str, int] = {}
+    with reading(path, retry_seconds=retry_seconds) as con:
+        have = table_names(con, schema)
+        for t in tables:
+            rows = (
+                con.execute(f'SELECT count(*) FROM "{schema}"."{t}"').fetchall()
+                if t in have
+                else [(0,)]
+            )
+            out[t] = int(rows[0][0])
+    return out

@@ -15,13 +15,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
 from pipelines.analytics import AT_RISK_LEVELS, LEVELS, compute_risk, load_tariffs, read_warehouse
 from pipelines.config import ANALYTICS_SCHEMA, DATASET, default_duckdb_path
-from pipelines.warehouse import WarehouseMissing, reading
+from pipelines.warehouse import WarehouseMissing, reading, table_names
 
 ACTIVE = pl.col("risk_level") != "done"
 CALENDAR_DAYS = 14
@@ -60,17 +59,10 @@ def _utc(as_of: datetime) -> datetime:
     return (as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)).astimezone(UTC)
 
 
-def _tables(con: Any, schema: str) -> set[str]:
-    rows = con.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = ?", [schema]
-    ).fetchall()
-    return {r[0] for r in rows}
-
-
 def published_as_of(duckdb_path: str | Path | None = None) -> datetime | None:
     """The ``as_of`` of the published risk table, or None when nothing was published."""
     with reading(_path(duckdb_path)) as con:
-        if "demurrage_risk" not in _tables(con, ANALYTICS_SCHEMA):
+        if "demurrage_risk" not in table_names(con, ANALYTICS_SCHEMA):
             return None
         con.execute("SET TimeZone = 'UTC'")
         row = con.execute(f"SELECT max(as_of) FROM {ANALYTICS_SCHEMA}.demurrage_risk").fetchone()
@@ -91,7 +83,7 @@ def load_risk(
     path = _path(duckdb_path)
     if as_of is None:
         with reading(path) as con:
-            if "demurrage_risk" in _tables(con, ANALYTICS_SCHEMA):
+            if "demurrage_risk" in table_names(con, ANALYTICS_SCHEMA):
                 con.execute("SET TimeZone = 'UTC'")
                 df = con.sql(f"SELECT * FROM {ANALYTICS_SCHEMA}.demurrage_risk").pl()
                 stamp = df["as_of"].max() if df.height else None
@@ -101,7 +93,7 @@ def load_risk(
     when = _utc(as_of)
     tariffs = load_tariffs(tariffs_path)
     with reading(path) as con:
-        if "containers" not in _tables(con, DATASET):
+        if "containers" not in table_names(con, DATASET):
             raise WarehouseMissing(
                 f"the warehouse {path} has no {DATASET}.containers table: run `freetime load` first"
             )
