@@ -90,10 +90,6 @@ class ClientStats:
             self.requests += 1
             self.sent_at.append(time.monotonic() - self.started)
 
-    def rate_per_minute(self) -> float:
-        elapsed = max(time.monotonic() - self.started, 1e-6)
-        return self.requests * 60.0 / elapsed
-
 
 def _retry_after_seconds(value: str | None, default: float) -> float:
     """``Retry-After`` is delta-seconds or an HTTP date; anything else falls back to default."""
