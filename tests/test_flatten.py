@@ -1,0 +1,91 @@
+"""The flattener's fast path (one struct conversion per page) gives the same tables as the
+column-by-column path, on captured responses and on pages with values of unexpected types."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from conftest import reference_json
+
+from pipelines.terminal49 import flatten
+
+FETCHED = dt.datetime(2026, 11, 20, 12, tzinfo=dt.UTC)
+
+
+def _both(fn: Any, records: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> pa.Table:
+    args = (records, FETCHED) if fn not in (flatten.holds_table, flatten.fees_table) else (records,)
+    fast = fn(*args)
+    monkeypatch.setattr(flatten, "FAST_PATH", False)
+    slow = fn(*args)
+    monkeypatch.setattr(flatten, "FAST_PATH", True)
+    assert fast.schema == slow.schema
+    assert fast.equals(slow), (fast.to_pylist(), slow.to_pylist())
+    return fast
+
+
+def _captured() -> dict[str, list[dict[str, Any]]]:
+    c = reference_json("responses/container-with-shipment.json")
+    s = reference_json("responses/shipment-with-containers.json")
+    included = c["included"] + s["included"]
+    return {
+        "containers": [c["data"]],
+        "shipments": [s["data"], *flatten.of_types(included, ["shipment"])],
+        "terminals": flatten.of_types(included, ["terminal", "rail_terminal"]),
+        "ports": flatten.of_types(included, ["port", "metro_area"]),
+    }
+
+
+TABLES = {
+    "containers": flatten.containers_table,
+    "shipments": flatten.shipments_table,
+    "terminals": flatten.terminals_table,
+    "ports": flatten.ports_table,
+}
+
+
+@pytest.mark.parametrize("table", list(TABLES))
+def test_fast_path_equals_column_path_on_captured_responses(table: str, monkeypatch) -> None:
+    records = _captured()[table]
+    assert records, f"no captured {table}"
+    out = _both(TABLES[table], records, monkeypatch)
+    assert out.num_rows == len(records)
+
+
+def test_odd_values_take_the_column_path_and_land(monkeypatch) -> None:
+    base = _captured()["containers"][0]
+    odd = copy.deepcopy(base)
+    odd["id"] = "odd-1"
+    odd["attributes"].update(
+        equipment_length="40",  # a number sent as text: parsed
+        seal_number=12345,  # a number where text is declared: kept as text in __raw
+        pod_discharged_at="yesterday",  # not an instant: NULL plus __raw
+        brand_new_attribute={"nested": [1, 2]},  # unknown: lands as JSON text
+    )
+    out = _both(flatten.containers_table, [base, odd], monkeypatch)
+    rows = out.to_pylist()
+    assert rows[1]["equipment_length"] == 40
+    assert rows[1]["seal_number__raw"] == "12345"
+    assert rows[1]["pod_discharged_at"] is None
+    assert rows[1]["pod_discharged_at__raw"] == "yesterday"
+    assert rows[1]["brand_new_attribute"] == '{"nested":[1,2]}'
+    captured = base["attributes"]["pod_discharged_at"]
+    assert captured and rows[0]["pod_discharged_at"] == dt.datetime.fromisoformat(captured)
+    assert rows[0]["pod_discharged_at__raw"] is None
+
+
+def test_timestamps_and_numbers_as_text_on_the_fast_path(monkeypatch) -> None:
+    ports = copy.deepcopy(_captured()["ports"])
+    for p in ports:
+        p["attributes"]["latitude"] = "32.83"  # production sends coordinates as strings
+    out = _both(flatten.ports_table, ports, monkeypatch)
+    assert set(out.column("latitude").to_pylist()) == {32.83}
+    base = copy.deepcopy(_captured()["containers"][0])
+    base["attributes"]["terminal_checked_at"] = "2025-11-14T03:00:00+00:00"
+    out = _both(flatten.containers_table, [base], monkeypatch)
+    assert out.column("terminal_checked_at").to_pylist() == [
+        dt.datetime(2025, 11, 14, 3, tzinfo=dt.UTC)
+    ]
