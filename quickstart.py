@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
     what, rest = argv[0], argv[1:]
     uv = uv_command()
     os.chdir(ROOT)
-    synced = subprocess.run([*uv, "sync", "--locked", "--quiet"])
+    synced = subprocess.run([*uv, "sync", "--locked", "--quiet", "--compile-bytecode"])
     if synced.returncode != 0:
         return synced.returncode
     cmd = ["freetime", "run", *rest] if what == "run" else ["pytest", *rest]
