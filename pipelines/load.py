@@ -92,10 +92,17 @@ def make_pipeline(duckdb_path: Path, name: str = PIPELINE_NAME) -> dlt.Pipeline:
     if _ARROW_NOISE not in dlt_logger.filters:
         dlt_logger.addFilter(_ARROW_NOISE)
     # The merge of a large load would otherwise take DuckDB's default (80% of RAM) and keep it:
-    # a bounded buffer pool (it spills to disk beyond) keeps the loader's memory flat.
+    # a bounded buffer pool (it spills to disk beyond) keeps the loader's memory bounded.
+    # One DuckDB thread: dlt already runs the load jobs (staging copies, merges) in parallel
+    # threads; DuckDB's own workers on top of them only contend (100k containers: 2.4 s to
+    # write instead of 2.75 s).
     credentials = DuckDbCredentials(
         str(duckdb_path),
-        global_config={"memory_limit": DUCKDB_MEMORY_LIMIT, "preserve_insertion_order": False},
+        global_config={
+            "memory_limit": DUCKDB_MEMORY_LIMIT,
+            "preserve_insertion_order": False,
+            "threads": 1,
+        },
     )
     return dlt.pipeline(
         pipeline_name=name,

@@ -162,14 +162,14 @@ def _attribute_columns(
 
 
 def _relationship_ids(records: Sequence[Resource], names: Iterable[str]) -> dict[str, pa.Array]:
-    cols: dict[str, pa.Array] = {}
-    for name in names:
-        ids: list[str | None] = []
-        for r in records:
-            data = ((r.get("relationships") or {}).get(name) or {}).get("data")
-            ids.append(data.get("id") if isinstance(data, dict) else None)
-        cols[f"{name}_id"] = pa.array(ids, pa.string())
-    return cols
+    """``<name>_id`` per relationship: the related id of a to-one relationship, else NULL."""
+    ids: dict[str, list[str | None]] = {name: [] for name in names}
+    for r in records:  # one pass over the records, every relationship at once
+        rels = r.get("relationships") or {}
+        for name, out in ids.items():
+            data = (rels.get(name) or {}).get("data")
+            out.append(data.get("id") if isinstance(data, dict) else None)
+    return {f"{name}_id": pa.array(out, pa.string()) for name, out in ids.items()}
 
 
 def _table(
