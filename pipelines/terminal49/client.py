@@ -7,7 +7,10 @@ Contract:
   ``Retry-After``; 5xx, timeouts, dropped connections, truncated or unparseable bodies are
   retried with exponential backoff and jitter;
 - a 401/403 raises :class:`AuthError`, other 4xx :class:`ApiError`, exhaustion of retries
-  :class:`RetriesExhausted` (all subclasses of :class:`Terminal49Error`).
+  :class:`RetriesExhausted` (all subclasses of :class:`Terminal49Error`);
+- an API that cannot be connected to before it ever answered (a wrong base URL, no network)
+  raises :class:`Unreachable` after ``settings.UNREACHABLE_ATTEMPTS`` tries (seconds, not the
+  minutes of the full retry budget, which is kept for failures once the API has answered).
 """
 
 from __future__ import annotations
@@ -67,11 +70,17 @@ class RetriesExhausted(Terminal49Error):
     """A request kept failing (5xx, 429, network) through every retry."""
 
 
+class Unreachable(RetriesExhausted):
+    """No connection could be made to the API, which has not answered this client yet."""
+
+
 @dataclass
 class ClientStats:
     """Counters for progress lines and summaries; updated under a lock."""
 
     requests: int = 0
+    #: HTTP answers received (any status): the API has been reached
+    answers: int = 0
     retries: int = 0
     rate_limited: int = 0
     bytes: int = 0
@@ -104,6 +113,18 @@ def _retry_after_seconds(value: str | None, default: float) -> float:
         return max(when.timestamp() - time.time(), 0.0)
     except (TypeError, ValueError):
         return default
+
+
+def _connect_reason(exc: httpx.TransportError) -> str:
+    """A short cause for a failed connection (the message may carry the address, never the key)."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return "connection timed out"
+    text = str(exc).lower()
+    if "refused" in text:
+        return "connection refused"
+    if "name or service not known" in text or "nodename" in text or "resolution" in text:
+        return "host name not found"
+    return str(exc) or type(exc).__name__
 
 
 def _error_detail(response: httpx.Response) -> str:
@@ -228,8 +249,17 @@ class Terminal49Client:
             except httpx.TransportError as exc:  # timeouts, refused, dropped, truncated
                 attempt += 1
                 reason = f"{type(exc).__name__}"
+                if (
+                    isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+                    and self.stats.answers == 0
+                    and attempt >= settings.UNREACHABLE_ATTEMPTS
+                ):
+                    raise Unreachable(
+                        f"cannot reach the API at {self.base_url} ({_connect_reason(exc)}); "
+                        "check TERMINAL49_BASE_URL (or --base-url) and the network"
+                    ) from None
             else:
-                self.stats.add(bytes=len(body))
+                self.stats.add(bytes=len(body), answers=1)
                 status = response.status_code
                 if status == 429:
                     limited += 1
@@ -260,7 +290,7 @@ class Terminal49Client:
             self.stats.add(retries=1)
             delay = min(settings.BACKOFF_CAP_S, self.backoff_base_s * 2 ** (attempt - 1))
             delay *= 0.5 + random.random()  # jitter: concurrent workers must not retry in step
-            log.info("%s %s: %s, retry %d in %.1fs", method, path, reason, attempt, delay)
+            log.warning("%s %s: %s, retry %d in %.1fs", method, path, reason, attempt, delay)
             self._sleep(delay)
 
     # -- many pages ----------------------------------------------------------------------------

@@ -26,6 +26,7 @@ SHIPMENT_INCLUDE = "pod_terminal,port_of_lading,port_of_discharge,destination,de
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0
 MAX_ATTEMPTS = 8  # per request, for 5xx, timeouts, dropped connections and truncated bodies
+UNREACHABLE_ATTEMPTS = 3  # connection refused / DNS before the API ever answered: a wrong URL
 MAX_RATE_LIMITED = 50  # 429 answers tolerated for one request before giving up
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
