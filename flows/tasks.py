@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -188,9 +189,22 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _retry_if_transient(task: Any, task_run: Any, state: Any) -> bool:
-    """Prefect ``retry_condition_fn``: the failed state's data is the raised exception."""
+    """Prefect ``retry_condition_fn``: the failed state's data is the raised exception.
+
+    A retry is announced as a warning (what failed, when the next try starts): between tries a
+    run is otherwise silent for minutes.
+    """
     exc = getattr(state, "data", None)
-    return isinstance(exc, BaseException) and is_transient(exc)
+    retry = isinstance(exc, BaseException) and is_transient(exc)
+    tries = int(getattr(task_run, "run_count", 0) or 0)
+    delays = getattr(task, "retry_delay_seconds", None)
+    delays = delays if isinstance(delays, list) else []
+    if retry and 0 < tries <= len(delays):
+        logging.getLogger("freetime.flows").warning(
+            "%s failed (%s); trying again in about %.0f s (retry %d of %d)",
+            task.name, exc, delays[tries - 1], tries, len(delays),
+        )
+    return retry
 
 
 # -- load ------------------------------------------------------------------------------------------

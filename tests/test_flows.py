@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -279,7 +280,11 @@ def test_wrong_key_fails_the_flow_with_the_message_and_no_retry(
 
 
 def test_unreachable_api_fails_the_flow_after_retries(
-    prefect_harness: None, api_env: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    prefect_harness: None,
+    api_env: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from flows.sync import sync
     from pipelines.load import run_load
@@ -293,9 +298,16 @@ def test_unreachable_api_fails_the_flow_after_retries(
     else:
         pytest.skip("run_load has no max_attempts knob yet")
     monkeypatch.setattr(tasks.load_account, "retry_delay_seconds", [0.0, 0.0])
+    caplog.set_level(logging.WARNING, logger="freetime.flows")
     state = sync(duckdb_path=str(tmp_path / "w.duckdb"), base_url=dead, return_state=True)
     assert state.is_failed()
     assert "load failed while reading the API" in (state.message or "")
+    announced = [r.getMessage() for r in caplog.records if r.name == "freetime.flows"]
+    assert [m.split("; ")[-1] for m in announced] == [
+        "trying again in about 0 s (retry 1 of 2)", "trying again in about 0 s (retry 2 of 2)"
+    ], announced
+    assert all(m.startswith("load-account failed (load failed while reading the API")
+               for m in announced)
     with pytest.raises(LoadFailed):
         state.result()
 
