@@ -22,6 +22,7 @@ import httpx
 from dlt.destinations.impl.duckdb.configuration import DuckDbCredentials
 from dlt.pipeline.exceptions import PipelineStepFailed
 
+from pipelines._memory import release_unused
 from pipelines.config import DATASET, ApiSettings, ConfigError, resolve_duckdb_path
 from pipelines.terminal49 import settings as t49
 from pipelines.terminal49 import terminal49_source
@@ -249,6 +250,7 @@ def write_source(
             raise WarehouseLocked(_locked_message(path, 0)) from cause
         raise LoadFailed(_describe(cause, exc.step)) from cause
     counts = normalized.row_counts if normalized else {}
+    release_unused(collect_garbage=True)  # before DuckDB fills its buffers: peaks add up
     info = _load_step(pipeline, path, lock_retry_seconds)
     return Written(
         rows={t: int(n) for t, n in counts.items()},

@@ -21,6 +21,7 @@ import dlt
 import pyarrow as pa
 from dlt.sources import DltResource
 
+from pipelines._memory import release_unused
 from pipelines.terminal49 import settings
 from pipelines.terminal49.client import Terminal49Client
 from pipelines.terminal49.pages import Claims
@@ -112,6 +113,7 @@ def terminal49_source(
                 if records >= batch_records:
                     yield batch
                     batch, records = Batch(), 0
+                    release_unused()  # what parsing the batch freed (see pipelines._memory)
         if batch:
             yield batch
 
