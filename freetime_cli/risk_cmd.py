@@ -7,10 +7,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from freetime_cli._common import parse_as_of
+from freetime_cli._common import DuckDbOption, fail, parse_as_of
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from pipelines.analytics import RiskSummary
 
 _FORMATS = ("table", "csv", "json")
 _SHOW = [
@@ -21,13 +23,8 @@ _SHOW = [
 ]
 
 
-def _fail(message: str) -> None:
-    typer.echo(f"freetime risk: {message}", err=True)
-    raise typer.Exit(2)
-
-
 def risk(
-    duckdb: Annotated[str | None, typer.Option("--duckdb", help="Warehouse file.")] = None,
+    duckdb: DuckDbOption = None,
     as_of: Annotated[
         str | None, typer.Option("--as-of", help="ISO instant (default now; naive = UTC).")
     ] = None,
@@ -58,8 +55,7 @@ def risk(
         summary = publish_risk(duckdb, as_of=when, tariffs_path=tariffs)
         rows = at_risk(summary.duckdb_path, levels or None)
     except (ValueError, TariffError, WarehouseLocked, WarehouseMissing) as exc:
-        _fail(str(exc))
-        return
+        fail(str(exc))
     out = rows.select(_SHOW).with_columns(pl.col("blocking_holds").list.join(", "))
     if fmt == "csv":
         sys.stdout.write(out.write_csv())
@@ -69,12 +65,11 @@ def risk(
         _print_table(out, summary)
 
 
-def _print_table(out: pl.DataFrame, summary: object) -> None:
+def _print_table(out: pl.DataFrame, s: RiskSummary) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    s = summary
-    table = Table(title=f"At-risk containers as of {s.as_of:%Y-%m-%d %H:%M} UTC")  # type: ignore[attr-defined]
+    table = Table(title=f"At-risk containers as of {s.as_of:%Y-%m-%d %H:%M} UTC")
     for name in ("level", "container", "LFD", "days", "wd", "ready", "holds", "projected",
                  "terminal", "reason"):
         table.add_column(name)
@@ -89,9 +84,8 @@ def _print_table(out: pl.DataFrame, summary: object) -> None:
         )
     console = Console()
     console.print(table)
-    lv = s.levels  # type: ignore[attr-defined]
     console.print(
-        f"{s.rows} containers; " + ", ".join(f"{k} {v}" for k, v in lv.items() if v)  # type: ignore[attr-defined]
-        + f"; accrued {s.accrued_demurrage:,.0f}, projected {s.projected_demurrage:,.0f}, "  # type: ignore[attr-defined]
-        f"uncosted {s.uncosted}"  # type: ignore[attr-defined]
+        f"{s.rows} containers; " + ", ".join(f"{k} {v}" for k, v in s.levels.items() if v)
+        + f"; accrued {s.accrued_demurrage:,.0f}, projected {s.projected_demurrage:,.0f}, "
+        f"uncosted {s.uncosted}"
     )
