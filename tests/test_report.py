@@ -44,7 +44,7 @@ def _view(path: Path, sql: str) -> pl.DataFrame:
         return con.sql(sql).pl()
 
 
-def test_polars_aggregates_match_the_published_views(warehouse: Path) -> None:
+def test_report_aggregates_over_a_frame_match_the_published_views(warehouse: Path) -> None:
     rd = load_risk(warehouse)
     assert rd.source == "published" and rd.as_of == AS_OF and rd.risk.height == 500
     key = ["port_of_discharge_locode", "pod_terminal_name"]

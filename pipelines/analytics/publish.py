@@ -83,38 +83,46 @@ def read_warehouse(con: duckdb.DuckDBPyConnection) -> WarehouseFrames:
     return WarehouseFrames(**frames)
 
 
-def _sql_views(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """The analytics views; ``containers_wide`` adapts to the columns dlt actually created."""
-    have = _columns(con, T)
-    active = "risk_level <> 'done'"
-    exposure = f"""
-        count(*) FILTER (WHERE {active}) AS containers,
-        count(*) FILTER (WHERE risk_level = 'overdue') AS overdue,
-        count(*) FILTER (WHERE risk_level = 'due_today') AS due_today,
-        count(*) FILTER (WHERE risk_level = 'imminent') AS imminent,
-        count(*) FILTER (WHERE risk_level = 'unknown') AS unknown,
-        coalesce(sum(accrued_demurrage) FILTER (WHERE {active}), 0) AS accrued_demurrage,
-        coalesce(sum(projected_demurrage) FILTER (WHERE {active}), 0) AS projected_demurrage,
-        coalesce(sum(projected_detention), 0) AS projected_detention,
-        count(*) FILTER (WHERE {active} AND NOT costed) AS uncosted
+#: Columns the terminal and carrier exposure views group by.
+TERMINAL_KEYS = ("port_of_discharge_locode", "pod_terminal_name", "pod_terminal_firms_code")
+CARRIER_KEYS = ("shipping_line_scac",)
+#: Days the LFD calendar covers, today first.
+CALENDAR_DAYS = 14
+
+
+def exposure_sql(source: str, keys: Sequence[str]) -> str:
+    """Counts by level, accrued and projected cost and uncosted boxes of the active containers
+    of ``source`` (a relation with ``demurrage_risk``'s columns), grouped by ``keys``.
+
+    The SQL of the ``exposure_by_*`` views; the report runs it over recomputed frames too.
     """
-    views = [
-        f"""CREATE OR REPLACE VIEW {A}.at_risk_containers AS
-        SELECT row_number() OVER ({URGENCY_ORDER}) AS urgency_rank, *
-        FROM {A}.demurrage_risk
-        WHERE risk_level IN ('overdue', 'due_today', 'imminent') {URGENCY_ORDER}""",
-        f"""CREATE OR REPLACE VIEW {A}.exposure_by_terminal AS
-        SELECT port_of_discharge_locode, pod_terminal_name, pod_terminal_firms_code, {exposure}
-        FROM {A}.demurrage_risk GROUP BY ALL ORDER BY overdue DESC, projected_demurrage DESC""",
-        f"""CREATE OR REPLACE VIEW {A}.exposure_by_carrier AS
-        SELECT shipping_line_scac, {exposure}
-        FROM {A}.demurrage_risk GROUP BY ALL ORDER BY overdue DESC, projected_demurrage DESC""",
-        f"""CREATE OR REPLACE VIEW {A}.lfd_calendar AS
-        WITH base AS (
-            SELECT coalesce(min(today_local), min(CAST(as_of AS DATE))) AS d0
-            FROM {A}.demurrage_risk),
+    active = "risk_level <> 'done'"
+    return f"""
+        SELECT {", ".join(keys)},
+            count(*) FILTER (WHERE {active}) AS containers,
+            count(*) FILTER (WHERE risk_level = 'overdue') AS overdue,
+            count(*) FILTER (WHERE risk_level = 'due_today') AS due_today,
+            count(*) FILTER (WHERE risk_level = 'imminent') AS imminent,
+            count(*) FILTER (WHERE risk_level = 'unknown') AS unknown,
+            coalesce(sum(accrued_demurrage) FILTER (WHERE {active}), 0) AS accrued_demurrage,
+            coalesce(sum(projected_demurrage) FILTER (WHERE {active}), 0) AS projected_demurrage,
+            coalesce(sum(projected_detention), 0) AS projected_detention,
+            count(*) FILTER (WHERE {active} AND NOT costed) AS uncosted
+        FROM {source} GROUP BY ALL ORDER BY overdue DESC, projected_demurrage DESC"""
+
+
+def lfd_calendar_sql(source: str, first_day: str | None = None, days: int = CALENDAR_DAYS) -> str:
+    """Active boxes of ``source`` whose binding LFD falls on each of ``days`` days.
+
+    ``first_day`` is a SQL date expression; by default the earliest ``today_local`` of the
+    rows (the UTC date of ``as_of`` when no row has one). The SQL of ``analytics.lfd_calendar``.
+    """
+    base = (f"SELECT {first_day} AS d0" if first_day else
+            f"SELECT coalesce(min(today_local), min(CAST(as_of AS DATE))) AS d0 FROM {source}")
+    return f"""
+        WITH base AS ({base}),
         days AS (SELECT CAST(d0 + CAST(i AS INTEGER) AS DATE) AS lfd_date
-                 FROM base, range(14) t(i) WHERE d0 IS NOT NULL)
+                 FROM base, range({int(days)}) t(i) WHERE d0 IS NOT NULL)
         SELECT days.lfd_date,
             count(r.container_id) AS boxes,
             count(r.container_id) FILTER (WHERE r.ready_for_pickup) AS ready,
@@ -123,9 +131,23 @@ def _sql_views(con: duckdb.DuckDBPyConnection) -> list[str]:
                 AS with_appointment,
             coalesce(sum(r.projected_demurrage), 0) AS projected_demurrage,
             count(r.container_id) FILTER (WHERE NOT r.costed) AS uncosted
-        FROM days LEFT JOIN {A}.demurrage_risk r
+        FROM days LEFT JOIN {source} r
             ON r.lfd_date = days.lfd_date AND r.risk_level <> 'done'
-        GROUP BY days.lfd_date ORDER BY days.lfd_date""",
+        GROUP BY days.lfd_date ORDER BY days.lfd_date"""
+
+
+def _sql_views(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The analytics views; ``containers_wide`` adapts to the columns dlt actually created."""
+    have = _columns(con, T)
+    risk = f"{A}.demurrage_risk"
+    views = [
+        f"""CREATE OR REPLACE VIEW {A}.at_risk_containers AS
+        SELECT row_number() OVER ({URGENCY_ORDER}) AS urgency_rank, *
+        FROM {risk}
+        WHERE risk_level IN ('overdue', 'due_today', 'imminent') {URGENCY_ORDER}""",
+        f"CREATE OR REPLACE VIEW {A}.exposure_by_terminal AS {exposure_sql(risk, TERMINAL_KEYS)}",
+        f"CREATE OR REPLACE VIEW {A}.exposure_by_carrier AS {exposure_sql(risk, CARRIER_KEYS)}",
+        f"CREATE OR REPLACE VIEW {A}.lfd_calendar AS {lfd_calendar_sql(risk)}",
         _containers_wide_sql(have),
     ]
     return views

@@ -13,17 +13,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from pathlib import Path
 
+import duckdb
 import polars as pl
 
 from pipelines.analytics import AT_RISK_LEVELS, LEVELS, compute_risk, load_tariffs, read_warehouse
+from pipelines.analytics.publish import (
+    CALENDAR_DAYS,
+    CARRIER_KEYS,
+    TERMINAL_KEYS,
+    exposure_sql,
+    lfd_calendar_sql,
+)
 from pipelines.config import ANALYTICS_SCHEMA, DATASET, default_duckdb_path
 from pipelines.warehouse import WarehouseMissing, reading, table_names
 
 ACTIVE = pl.col("risk_level") != "done"
-CALENDAR_DAYS = 14
 
 
 @dataclass(frozen=True)
@@ -160,64 +167,27 @@ def filter_risk(risk: pl.DataFrame, **criteria: Iterable[str] | None) -> pl.Data
     return out
 
 
-def _exposure(risk: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """The ``exposure_by_*`` views, in polars (so they also work for computed as-ofs)."""
-    c = pl.col
-    return (
-        risk.group_by(keys)
-        .agg(
-            containers=ACTIVE.sum(),
-            overdue=(c("risk_level") == "overdue").sum(),
-            due_today=(c("risk_level") == "due_today").sum(),
-            imminent=(c("risk_level") == "imminent").sum(),
-            unknown=(c("risk_level") == "unknown").sum(),
-            accrued_demurrage=c("accrued_demurrage").filter(ACTIVE).sum(),
-            projected_demurrage=c("projected_demurrage").filter(ACTIVE).sum(),
-            projected_detention=c("projected_detention").sum(),
-            uncosted=(ACTIVE & ~c("costed").fill_null(False)).sum(),
-        )
-        .with_columns(c("containers", "overdue", "due_today", "imminent", "unknown",
-                        "uncosted").cast(pl.Int64))
-        .sort(["overdue", "projected_demurrage"], descending=True, nulls_last=True)
-    )
+def _over_frame(risk: pl.DataFrame, sql: str) -> pl.DataFrame:
+    """``sql`` over ``risk`` registered as relation ``risk`` (in-memory DuckDB, no file)."""
+    with duckdb.connect() as con:
+        con.register("risk", risk)
+        return con.sql(sql).pl()
 
 
 def exposure_by_terminal(risk: pl.DataFrame) -> pl.DataFrame:
-    return _exposure(risk, ["port_of_discharge_locode", "pod_terminal_name"])
+    """``analytics.exposure_by_terminal`` of these rows (the view's own SQL)."""
+    return _over_frame(risk, exposure_sql("risk", TERMINAL_KEYS))
 
 
 def exposure_by_carrier(risk: pl.DataFrame) -> pl.DataFrame:
-    return _exposure(risk, ["shipping_line_scac"])
+    """``analytics.exposure_by_carrier`` of these rows (the view's own SQL)."""
+    return _over_frame(risk, exposure_sql("risk", CARRIER_KEYS))
 
 
 def lfd_calendar(risk: pl.DataFrame, today: date, days: int = CALENDAR_DAYS) -> pl.DataFrame:
-    """Active boxes whose binding LFD falls on each of the next ``days`` days (today first)."""
-    c = pl.col
-    grid = pl.DataFrame(
-        {"lfd_date": [today + timedelta(days=i) for i in range(days)]},
-        schema={"lfd_date": pl.Date},
-    )
-    counts = (
-        risk.filter(ACTIVE & c("lfd_date").is_not_null())
-        .group_by("lfd_date")
-        .agg(
-            boxes=pl.len(),
-            ready=c("ready_for_pickup").fill_null(False).sum(),
-            on_hold=(c("blocking_holds").list.len() > 0).sum(),
-            with_appointment=c("pickup_appointment_at").is_not_null().sum(),
-            projected_demurrage=c("projected_demurrage").sum(),
-            uncosted=(~c("costed").fill_null(False)).sum(),
-        )
-    )
-    return (
-        grid.join(counts, on="lfd_date", how="left")
-        .with_columns(
-            c("boxes", "ready", "on_hold", "with_appointment", "uncosted")
-            .fill_null(0).cast(pl.Int64),
-            c("projected_demurrage").fill_null(0.0).cast(pl.Float64),
-        )
-        .sort("lfd_date")
-    )
+    """Active boxes whose binding LFD falls on each of the next ``days`` days (today first):
+    ``analytics.lfd_calendar``'s SQL, from ``today``."""
+    return _over_frame(risk, lfd_calendar_sql("risk", f"DATE '{today.isoformat()}'", days))
 
 
 def holds_breakdown(risk: pl.DataFrame) -> pl.DataFrame:
