@@ -5,7 +5,8 @@
 :mod:`.scan`) and flattens every page into Arrow tables (see :mod:`.flatten`), so dlt skips
 its slow per-row normalisation. Pages are flattened as they arrive and handed to dlt in
 batches of about ``settings.BATCH_RECORDS`` records: dlt's cost per item is large and fixed,
-and a page's parsed JSON is dropped as soon as it is flat, so memory stays flat.
+and a page's parsed JSON is dropped as soon as it is flat, so the scan holds a few pages at
+a time, whatever the account's size (only the set of ids seen grows with it).
 
 Every table merges on its primary key; the newest fetch of a record wins (``fetched_at`` is the
 dedup sort key), so running a load twice leaves the same rows, and a container whose holds or
