@@ -156,14 +156,19 @@ def test_hash_join_falls_back_to_strings(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_hash_collision_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A left value hashing like a different right value must not match it."""
-    def weak_hash(s: pl.Series, *args: object, **kwargs: object) -> pl.Series:
-        return s.str.len_bytes().cast(pl.UInt64)  # "q" collides with "a"
+    """A left value hashing like a different right value must not match it, and right values
+    sharing a hash must not be joined on it."""
+    def weak_hash(key: pl.Expr) -> pl.Expr:
+        return key.str.len_bytes().cast(pl.UInt64)  # "q" collides with "a", "b" with "a"
 
-    monkeypatch.setattr(pl.Series, "hash", weak_hash)
+    monkeypatch.setattr(R, "_key_hash", weak_hash)
     left = pl.Series(["a", "q", "xyz", None])
     right = pl.Series(["xyz", "a"])
     assert R._row_indexes([(left, right)])[0].to_list() == [1, None, 0, None]
+    # right hashes not unique ("a" and "b"), beside a pair whose hashes are fine
+    pairs = [(pl.Series(["b", "zz", "a"]), pl.Series(["a", "b", "zz"])), (left, right)]
+    got = [s.to_list() for s in R._row_indexes(pairs)]
+    assert got == [[1, 2, 0], [1, None, 0, None]]
 
 
 def test_reason_without_holds_product_table(

@@ -207,6 +207,11 @@ def _mark(stage: str | None) -> None:
 HASH_JOIN = True
 
 
+def _key_hash(key: pl.Expr) -> pl.Expr:
+    """The 64-bit hash a join runs on (NULL stays NULL)."""
+    return pl.when(key.is_not_null()).then(key.hash())
+
+
 def _row_indexes(pairs: Sequence[tuple[pl.Series, pl.Series]]) -> list[pl.Series]:
     """For each ``(left, right)``: per value of ``left``, the row of ``right`` holding it.
 
@@ -215,27 +220,37 @@ def _row_indexes(pairs: Sequence[tuple[pl.Series, pl.Series]]) -> list[pl.Series
     then checked against the strings, and a mismatch (a hash collision) falls back to the join
     on the strings themselves. Exact either way.
     """
-    def join(lk: pl.Series, rk: pl.Series) -> pl.LazyFrame:
-        r = pl.DataFrame({"k": rk, "_i": pl.int_range(rk.len(), dtype=pl.UInt32, eager=True)})
-        return (pl.LazyFrame({"k": lk})
-                .join(r.lazy().drop_nulls("k"), on="k", how="left", maintain_order="left"))
+    def keys(k: pl.Series, hashed: bool) -> pl.LazyFrame:
+        lf = pl.LazyFrame({"k": k})
+        return lf.select(_key_hash(pl.col("k")).alias("k")) if hashed else lf
 
-    def h(k: pl.Series) -> pl.Series:
-        return pl.select(pl.when(k.is_not_null()).then(k.hash())).to_series()
+    def join(lk: pl.Series, rk: pl.Series, hashed: bool) -> pl.LazyFrame:
+        right = keys(rk, hashed).with_row_index("_i").with_columns(pl.col("_i").cast(pl.UInt32))
+        return keys(lk, hashed).join(
+            right.drop_nulls("k"), on="k", how="left", maintain_order="left")
 
-    hashed = [HASH_JOIN and h(r).drop_nulls().n_unique() == r.drop_nulls().len()
-              for _, r in pairs]
-    plans = [join(h(lk), h(rk)) if ok else join(lk, rk)
-             for (lk, rk), ok in zip(pairs, hashed, strict=True)]
-    out = [df["_i"] for df in pl.collect_all(plans, engine="in-memory")]
-    checks = pl.collect_all([  # every hash match is a string match (in parallel)
-        pl.LazyFrame({"k": lk, "_i": i}).select(
-            (pl.col("k") == pl.lit(rk).gather(pl.col("_i"))).fill_null(True).all())
-        for (lk, rk), i in zip(pairs, out, strict=True)
+    # the hash joins and the checks that the right side's hashes are unique, all in parallel
+    unique = [keys(rk, True).drop_nulls().select(pl.col("k").n_unique() == pl.len())
+              for _, rk in pairs]
+    plans = [join(lk, rk, HASH_JOIN) for lk, rk in pairs]
+    done = pl.collect_all([*plans, *unique], engine="in-memory")
+    out = [df["_i"] for df in done[:len(pairs)]]
+    if not HASH_JOIN:
+        return out
+    # a hash join is kept when the right side's hashes are unique and every match is a string
+    # match (checked in parallel); otherwise (a collision) the join runs on the strings
+    ok = [bool(df.item()) for df in done[len(pairs):]]
+    checked = [n for n in range(len(pairs)) if ok[n]]
+    checks = pl.collect_all([
+        pl.LazyFrame({"k": pairs[n][0], "_i": out[n]}).select(
+            (pl.col("k") == pl.lit(pairs[n][1]).gather(pl.col("_i"))).fill_null(True).all())
+        for n in checked
     ], engine="in-memory")
-    for n, ((lk, rk), ok) in enumerate(zip(pairs, hashed, strict=True)):
-        if ok and not checks[n].item():
-            out[n] = join(lk, rk).collect(engine="in-memory")["_i"]
+    for n, check in zip(checked, checks, strict=True):
+        ok[n] = bool(check.item())
+    for n, (lk, rk) in enumerate(pairs):
+        if not ok[n]:
+            out[n] = join(lk, rk, False).collect(engine="in-memory")["_i"]
     return out
 
 
@@ -630,13 +645,16 @@ def risk_plan(
     ).group_by("container_id").agg(
         col("_fees_sum").sum(), col("_dem_sum").sum(), pl.len().alias("_fee_rows"),
     )
-    extra_q = holds_q.join(fees_q, on="container_id", how="full", coalesce=True).with_columns(
-        _nb=col("_nb").fill_null(0),
-        _fees_sum=col("_fees_sum").fill_null(0.0), _dem_sum=col("_dem_sum").fill_null(0.0),
-        _fee_rows=col("_fee_rows").fill_null(0),
-        blocking_holds=col("blocking_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
-        pending_holds=col("pending_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
-    )
+
+    def extras(holds: pl.DataFrame, fees: pl.DataFrame) -> pl.DataFrame:
+        """Holds and fees aggregates of each container that has either."""
+        return holds.join(fees, on="container_id", how="full", coalesce=True).with_columns(
+            _nb=col("_nb").fill_null(0),
+            _fees_sum=col("_fees_sum").fill_null(0.0), _dem_sum=col("_dem_sum").fill_null(0.0),
+            _fee_rows=col("_fee_rows").fill_null(0),
+            blocking_holds=col("blocking_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
+            pending_holds=col("pending_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
+        )
     zone_q = pl.concat([
         fr.containers.select(col(c).unique().alias("z"))
         for c in ("pod_timezone", "final_destination_timezone", "empty_terminated_timezone")
@@ -648,8 +666,10 @@ def risk_plan(
         *[col(c).to_physical().min().alias(f"{c}_min") for c in _TS_STATS],
         *[col(c).to_physical().max().alias(f"{c}_max") for c in _TS_STATS],
     )
-    cdf, sdf, tdf, edf, zdf, sts = pl.collect_all(
-        [fr.containers, ship_q, term_q, extra_q, zone_q, stats_q], engine="in-memory")
+    # holds and fees are aggregated as separate plans, so that the two threads share them
+    cdf, sdf, tdf, hdf, fdf, zdf, sts = pl.collect_all(
+        [fr.containers, ship_q, term_q, holds_q, fees_q, zone_q, stats_q], engine="in-memory")
+    edf = extras(hdf, fdf)
     _mark('prep: inputs, aggregates, distinct values')
     stats: dict[str, int | None] = sts.row(0, named=True)
     if sdf["shipment_id"].n_unique() < sdf.height:  # duplicates: keep the first row of each
