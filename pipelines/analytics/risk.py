@@ -166,27 +166,16 @@ def _gather(values: Sequence[object] | pl.Series, idx: pl.Expr, dtype: PolarsDTy
     return pl.lit(s.cast(dtype)).gather(idx)
 
 
-def _codes(names: Sequence[str], complete: bool = False) -> Callable[[pl.Expr], pl.Expr]:
+def _codes(names: Sequence[str]) -> Callable[[pl.Expr], pl.Expr]:
     """Position of a String expression's value in ``names`` (UInt32; NULL if NULL or absent).
 
-    ``complete``: the expression holds no other values than ``names`` (and NULL); a few names
-    are then told apart by their 64-bit hashes when those differ (one hash per row instead of a
-    dictionary lookup).
+    A cast to an Enum of ``names``: on polars 2 this is faster than comparing 64-bit hashes
+    with each name (14 ms against 26 ms for a million zone names of three values).
     """
     if not names:
         return lambda e: pl.lit(None, dtype=pl.UInt32)
-    hashes = pl.Series(list(names), dtype=pl.String).hash().to_list()
-    null_hash = pl.Series([None], dtype=pl.String).hash().item()
-    if complete and len(names) <= 8 and len({*hashes, null_hash}) == len(names) + 1:
-        def by_hash(e: pl.Expr) -> pl.Expr:
-            h = e.hash()
-            out: pl.Expr = pl.lit(None, pl.UInt32)
-            for i, v in reversed(list(enumerate(hashes))):
-                out = pl.when(h == v).then(pl.lit(i, pl.UInt32)).otherwise(out)
-            return out
-        return by_hash
     enum = pl.Enum(list(names))
-    return lambda e: e.cast(enum, strict=False).to_physical()
+    return lambda e: e.cast(enum, strict=False).to_physical().cast(pl.UInt32)
 
 
 #: Set to a list to record ``(stage, wall s, cpu s)`` of the eager preparation (benchmarks).
@@ -678,7 +667,7 @@ def risk_plan(
     # zones: per-row codes into the sorted distinct names, mapped to ZoneTable indices
     zt = ZoneTable(zdf["z"].to_list())
     znames = sorted(z for z in zdf["z"].to_list() if z is not None)
-    zcode_raw = _codes(znames, complete=True)
+    zcode_raw = _codes(znames)
 
     def zcode(e: pl.Expr) -> pl.Expr:  # NULL when the name is NULL; 0 (UTC) when unknown
         return _gather([zt.index.get(z, 0) for z in znames], zcode_raw(e), pl.Int32)
@@ -694,7 +683,7 @@ def risk_plan(
         schema={"scac": pl.String, "port": pl.String, "equip": pl.String}, orient="row",
     ).with_row_index("_code")
     dem, det = _charge(tariffs, "demurrage", keys), _charge(tariffs, "detention", keys)
-    scac_code, port_code = _codes(scacs, complete=True), _codes(ports, complete=True)
+    scac_code, port_code = _codes(scacs), _codes(ports)
     n_port = len(ports) + 1
 
     # terminals: a handful of rows, gathered by code instead of joined
