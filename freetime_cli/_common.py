@@ -12,6 +12,7 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 #: ``--duckdb`` and ``--base-url``, the same for every command that takes them.
 DuckDbOption = Annotated[
@@ -28,7 +29,8 @@ out = Console()
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print one line to stderr and exit: bad input never ends in a traceback."""
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # escaped: a path or an API detail with [brackets] must print as it is, not as markup
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -58,6 +58,9 @@ def test_cli_bad_input_exit_2(db: Path, args: list[str], needle: str) -> None:
 def test_cli_missing_warehouse_and_bad_tariffs(tmp_path: Path, db: Path) -> None:
     r = runner.invoke(app, ["--duckdb", str(tmp_path / "none.duckdb")])
     assert r.exit_code == 2 and "no warehouse" in r.stderr
+    bracketed = tmp_path / "a[b]" / "none.duckdb"  # printed as given, not read as markup
+    r = runner.invoke(app, ["--duckdb", str(bracketed)])
+    assert r.exit_code == 2 and f"no warehouse at {bracketed}" in r.stderr.replace("\n", "")
     bad = tmp_path / "t.csv"
     bad.write_text("charge\n")
     r = runner.invoke(app, ["--duckdb", str(db), "--tariffs", str(bad)])
