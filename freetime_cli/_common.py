@@ -27,10 +27,15 @@ console = Console(stderr=True)
 out = Console()
 
 
+def print_error(message: str) -> None:
+    """One ``error:`` line on stderr, the message printed as it is (never read as markup: a
+    path or an API detail with [brackets] must not lose them)."""
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print one line to stderr and exit: bad input never ends in a traceback."""
-    # escaped: a path or an API detail with [brackets] must print as it is, not as markup
-    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    print_error(message)
     raise typer.Exit(code)
 
 

@@ -7,7 +7,14 @@ from typing import Annotated
 
 import typer
 
-from freetime_cli._common import BaseUrlOption, DuckDbOption, console, fail, out, quiet_logging
+from freetime_cli._common import (
+    BaseUrlOption,
+    DuckDbOption,
+    fail,
+    out,
+    print_error,
+    quiet_logging,
+)
 from pipelines.config import ApiSettings, ConfigError
 from pipelines.warehouse import WarehouseLocked
 
@@ -52,11 +59,11 @@ def upload(
                 result = client.upload_bytes(data, f.name, name or f.name, path=f)
             except DuplicateDocument as exc:
                 failures += 1
-                console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+                print_error(str(exc))
                 continue
             except UploadFailed as exc:
                 failures += 1
-                console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+                print_error(str(exc))
                 continue
             out.print(
                 f"{f}: document {result.document_id} ({result.byte_size} bytes, md5 "

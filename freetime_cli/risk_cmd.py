@@ -68,13 +68,14 @@ def risk(
 def _print_table(out: pl.DataFrame, s: RiskSummary) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=f"At-risk containers as of {s.as_of:%Y-%m-%d %H:%M} UTC")
     for name in ("level", "container", "LFD", "days", "wd", "ready", "holds", "projected",
                  "terminal", "reason"):
         table.add_column(name)
     for r in out.iter_rows(named=True):
-        table.add_row(
+        cells = (
             r["risk_level"], r["container_number"] or "",
             f"{r['lfd_date'] or ''} {r['lfd_source'] or ''}", str(r["days_to_lfd"]),
             str(r["working_days_to_lfd"]), "yes" if r["ready_for_pickup"] else "no",
@@ -82,6 +83,7 @@ def _print_table(out: pl.DataFrame, s: RiskSummary) -> None:
             "uncosted" if r["projected_demurrage"] is None else f"{r['projected_demurrage']:,.0f}",
             r["pod_terminal_name"] or "", r["risk_reason"] or "",
         )
+        table.add_row(*(Text(c) for c in cells))  # API text is never read as markup
     console = Console()
     console.print(table)
     console.print(

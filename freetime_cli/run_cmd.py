@@ -357,15 +357,15 @@ def at_risk_table(rows: list[dict[str, Any]], limit: int) -> Table:
         lfd = str(r.get("lfd") or "")
         if r.get("lfd_source"):
             lfd += f" ({r['lfd_source']})"
-        table.add_row(
+        table.add_row(  # Text, not str: names from the API are never read as markup
             str(r.get("rank")),
-            str(r.get("container") or ""),
+            Text(str(r.get("container") or "")),
             Text(level, style=LEVEL_STYLE.get(level, "")),
-            lfd,
+            Text(lfd),
             "" if r.get("days_to_lfd") is None else str(r["days_to_lfd"]),
-            str(r.get("terminal") or ""),
-            str(r.get("reason") or ""),
-            cost,
+            Text(str(r.get("terminal") or "")),
+            Text(str(r.get("reason") or "")),
+            Text(cost),
         )
     return table
 

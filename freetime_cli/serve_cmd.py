@@ -21,6 +21,7 @@ from typing import Annotated, Any
 
 import httpx
 import typer
+from rich.markup import escape
 
 from freetime_cli._common import console, fail, quiet_logging
 
@@ -180,7 +181,7 @@ def _serve(specs: list[Any], api_url: str) -> None:
                 soft_wrap=True,
             )
     except ConfigError as exc:
-        console.print(f"[yellow]warning:[/] {exc}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {escape(str(exc))}", soft_wrap=True)
     # The runner hands the current settings (this API URL included) to every flow run it starts.
     with temporary_settings(updates={PREFECT_API_URL: api_url}):
         prefect_serve(*deployments, pause_on_shutdown=False, print_starting_message=False)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from freetime_cli._common import BaseUrlOption, DuckDbOption, console, fail, out, quiet_logging
 from pipelines.config import ApiSettings, ConfigError
@@ -117,7 +118,10 @@ def apply(
             client.close()
     out.print(summary.line(), highlight=False)
     if summary.unresolved:
-        console.print(f"unresolved notifications: {', '.join(summary.unresolved[:10])}")
+        console.print(
+            f"unresolved notifications: {escape(', '.join(summary.unresolved[:10]))}",
+            highlight=False,
+        )
     sys.stdout.flush()
 
 

@@ -72,3 +72,21 @@ def test_freetime_run_bad_input_is_one_line(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert result.stderr.strip().count("\n") == 0 and "--as-of" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_at_risk_table_prints_api_text_as_it_is() -> None:
+    """Terminal names and reasons come from the API: [brackets] in them are text, not markup."""
+    from rich.console import Console
+
+    from freetime_cli.run_cmd import at_risk_table
+
+    row = {
+        "rank": 1, "container": "MSCU[1]", "risk_level": "overdue", "lfd": "2026-11-20",
+        "lfd_source": "line", "days_to_lfd": -1, "terminal": "Pier [A] /bold",
+        "reason": "LFD was yesterday; [red] hold", "projected_demurrage": 100.0,
+        "currency": "USD",
+    }
+    console = Console(record=True, width=200)
+    console.print(at_risk_table([row], 10))
+    text = console.export_text()
+    assert "MSCU[1]" in text and "Pier [A] /bold" in text and "[red] hold" in text
