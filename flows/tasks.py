@@ -60,8 +60,8 @@ from pipelines.report import write_report
 from pipelines.terminal49.client import ApiError, AuthError, Terminal49Client
 from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import (
+    WarehouseError,
     WarehouseLocked,
-    WarehouseMissing,
     read_table,
     row_counts,
     writing,
@@ -439,8 +439,7 @@ def publish_artifacts(
 USER_FACING: tuple[type[BaseException], ...] = (
     ConfigError,
     LoadFailed,
-    WarehouseLocked,
-    WarehouseMissing,
+    WarehouseError,  # locked, missing, or not a DuckDB file
     WarehouseBusy,
     TariffError,
 )

@@ -16,7 +16,7 @@ from freetime_cli._common import (
     quiet_logging,
 )
 from pipelines.config import ApiSettings, ConfigError
-from pipelines.warehouse import WarehouseLocked
+from pipelines.warehouse import WarehouseError
 
 app = typer.Typer(no_args_is_help=True, help="Upload documents and load document intake.")
 
@@ -86,6 +86,6 @@ def sync(
     quiet_logging()
     try:
         rows = sync_documents(duckdb, ApiSettings.resolve(base_url=base_url))
-    except (ConfigError, LoadFailed, WarehouseLocked) as exc:
+    except (ConfigError, LoadFailed, WarehouseError) as exc:
         fail(str(exc))
     out.print(", ".join(f"{t} {n}" for t, n in rows.items()), highlight=False)

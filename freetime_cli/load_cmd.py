@@ -22,7 +22,7 @@ from freetime_cli._common import (
     quiet_logging,
 )
 from pipelines.config import ApiSettings, ConfigError
-from pipelines.warehouse import WarehouseLocked
+from pipelines.warehouse import WarehouseError
 
 if TYPE_CHECKING:  # dlt takes a second to import: only the command itself pays for it
     from pipelines.load import LoadSummary
@@ -55,7 +55,7 @@ def load(
             else:
                 api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit)
             summary = load_with_progress(duckdb, api, concurrency)
-    except (ConfigError, LoadFailed, WarehouseLocked) as exc:
+    except (ConfigError, LoadFailed, WarehouseError) as exc:
         fail(str(exc))
     print_summary(summary)
 

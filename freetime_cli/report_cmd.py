@@ -25,9 +25,9 @@ def report(
 ) -> None:
     """Write the demurrage risk report: summary, charts and the at-risk table in one HTML file."""
     from pipelines.analytics import TariffError
-    from pipelines.config import default_duckdb_path
+    from pipelines.config import ConfigError, default_duckdb_path
     from pipelines.report import write_report
-    from pipelines.warehouse import WarehouseLocked, WarehouseMissing
+    from pipelines.warehouse import WarehouseError, WarehouseMissing
 
     path = duckdb or default_duckdb_path()
     try:
@@ -37,7 +37,7 @@ def report(
         if not path.exists():
             raise WarehouseMissing(f"no warehouse at {path}: run `freetime load` first")
         written = write_report(path, out, as_of=when)
-    except (ValueError, TariffError, WarehouseLocked, WarehouseMissing, OSError) as exc:
+    except (ValueError, TariffError, ConfigError, WarehouseError, OSError) as exc:
         fail(str(exc))
     console.print(
         f"report: wrote {written} ({written.stat().st_size / 1e6:.1f} MB); "

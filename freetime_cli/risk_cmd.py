@@ -42,7 +42,8 @@ def risk(
     import polars as pl  # here, not at import: `freetime --help` should start fast
 
     from pipelines.analytics import LEVELS, TariffError, at_risk, publish_risk
-    from pipelines.warehouse import WarehouseLocked, WarehouseMissing
+    from pipelines.config import ConfigError
+    from pipelines.warehouse import WarehouseError
 
     try:
         when = parse_as_of(as_of)
@@ -54,7 +55,7 @@ def risk(
             raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(_FORMATS)}")
         summary = publish_risk(duckdb, as_of=when, tariffs_path=tariffs)
         rows = at_risk(summary.duckdb_path, levels or None)
-    except (ValueError, TariffError, WarehouseLocked, WarehouseMissing) as exc:
+    except (ValueError, TariffError, ConfigError, WarehouseError) as exc:
         fail(str(exc))
     out = rows.select(_SHOW).with_columns(pl.col("blocking_holds").list.join(", "))
     if fmt == "csv":

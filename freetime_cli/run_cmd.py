@@ -240,10 +240,29 @@ def _leave(code: int) -> None:
     "nanobind: leaked ..." at teardown, which would bury the at-risk table."""
     sys.stdout.flush()
     sys.stderr.flush()
+    _drain_prefect_workers()
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _drain_prefect_workers() -> None:
+    """Send Prefect's queued logs and events now, while the temporary server still runs.
+
+    Prefect drains them at thread shutdown, which ``os._exit`` skips; a run that failed in its
+    first seconds would otherwise still be sending when the server stops ("Error logging to
+    API" on the console)."""
+    if "prefect" not in sys.modules:
+        return
+    with contextlib.suppress(Exception):
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=5)
+    with contextlib.suppress(Exception):
+        from prefect.events.worker import EventsWorker
+
+        EventsWorker.drain_all(timeout=5)
 
 
 def _run(duckdb: Path | None, as_of: str | None, limit: int) -> None:

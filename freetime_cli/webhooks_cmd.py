@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from freetime_cli._common import BaseUrlOption, DuckDbOption, console, fail, out, quiet_logging
 from pipelines.config import ApiSettings, ConfigError
-from pipelines.warehouse import WarehouseLocked
+from pipelines.warehouse import WarehouseError
 
 app = typer.Typer(no_args_is_help=True, help="Receive Terminal49 webhooks and apply them.")
 
@@ -111,7 +111,7 @@ def apply(
         summary = apply_inbox(
             duckdb, inbox or default_inbox_path(duckdb), client, reconcile=reconcile
         )
-    except (LoadFailed, WarehouseLocked, Terminal49Error, ConfigError) as exc:
+    except (LoadFailed, WarehouseError, Terminal49Error, ConfigError) as exc:
         fail(str(exc))
     finally:
         if client is not None:

@@ -38,9 +38,21 @@ def default_duckdb_path() -> Path:
 
 
 def resolve_duckdb_path(path: str | os.PathLike[str] | None) -> Path:
-    """An explicit path wins over the default; parent folders are created."""
+    """An explicit path wins over the default; parent folders are created.
+
+    ConfigError when the path is a folder or its folder cannot be created.
+    """
     p = Path(path) if path else default_duckdb_path()
-    p.parent.mkdir(parents=True, exist_ok=True)
+    if p.is_dir():
+        raise ConfigError(
+            f"the warehouse path {p} is a folder; give a DuckDB file, e.g. {p / 'freetime.duckdb'}"
+        )
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the folder {p.parent} for the warehouse: {exc.strerror or exc}"
+        ) from exc
     return p
 
 

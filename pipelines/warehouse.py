@@ -19,12 +19,21 @@ if TYPE_CHECKING:
     import polars as pl
 
 
-class WarehouseLocked(Exception):
+class WarehouseError(Exception):
+    """The warehouse file cannot be used now; the message says why and what to do."""
+
+
+class WarehouseLocked(WarehouseError):
     """The DuckDB file stayed locked by another process for the whole retry window."""
 
 
-class WarehouseMissing(Exception):
+class WarehouseMissing(WarehouseError):
     """A read was asked of a warehouse file that does not exist yet."""
+
+
+class WarehouseUnusable(WarehouseError):
+    """The path is not a DuckDB file that can be opened: a folder, another kind of file, a
+    place that cannot be written. Retrying does not help."""
 
 
 def _is_lock_error(exc: BaseException) -> bool:
@@ -51,7 +60,11 @@ def connect(
             return duckdb.connect(str(path), read_only=read_only)
         except duckdb.IOException as exc:
             if not _is_lock_error(exc):
-                raise
+                reason = str(exc).removeprefix("IO Error: ")
+                raise WarehouseUnusable(
+                    f"cannot open the warehouse {path}: {reason} (--duckdb and FREETIME_DUCKDB "
+                    "take the path of a DuckDB file, created if missing)"
+                ) from exc
             if time.monotonic() >= deadline:
                 raise WarehouseLocked(
                     f"the warehouse {path} is locked by another process (a load or an open "

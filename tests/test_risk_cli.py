@@ -58,6 +58,11 @@ def test_cli_bad_input_exit_2(db: Path, args: list[str], needle: str) -> None:
 def test_cli_missing_warehouse_and_bad_tariffs(tmp_path: Path, db: Path) -> None:
     r = runner.invoke(app, ["--duckdb", str(tmp_path / "none.duckdb")])
     assert r.exit_code == 2 and "no warehouse" in r.stderr
+    for bad, needle in ((tmp_path, "is a folder"), (db.parent / "t.txt", "not a valid DuckDB")):
+        if bad.suffix:
+            bad.write_text("not a warehouse\n")
+        r = runner.invoke(app, ["--duckdb", str(bad)])
+        assert r.exit_code == 2 and needle in r.stderr and "Traceback" not in r.output
     bracketed = tmp_path / "a[b]" / "none.duckdb"  # printed as given, not read as markup
     r = runner.invoke(app, ["--duckdb", str(bracketed)])
     assert r.exit_code == 2 and f"no warehouse at {bracketed}" in r.stderr.replace("\n", "")

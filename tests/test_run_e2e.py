@@ -74,6 +74,19 @@ def test_freetime_run_bad_input_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_freetime_run_on_a_file_that_is_not_a_warehouse(tmp_path: Path) -> None:
+    """A flow that fails in its first task ends with the message, and Prefect's queued logs
+    are sent before the temporary server stops (no "Error logging to API")."""
+    notes = tmp_path / "notes.duckdb"
+    notes.write_text("not a database\n")
+    result = _freetime(tmp_path, "run", "--duckdb", str(notes), timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert f"error: sync failed: cannot open the warehouse {notes}" in result.stderr
+    assert "not a valid DuckDB database file" in result.stderr
+    assert "Error logging to API" not in result.stderr and "Traceback" not in result.stderr
+    assert notes.read_text() == "not a database\n"  # the user's file is left as it was
+
+
 def test_at_risk_table_prints_api_text_as_it_is() -> None:
     """Terminal names and reasons come from the API: [brackets] in them are text, not markup."""
     from rich.console import Console
