@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 DEFAULT_BASE_URL = "https://api.terminal49.com/v2"
 DEFAULT_DUCKDB_PATH = Path("data") / "freetime.duckdb"
@@ -103,7 +104,18 @@ class ApiSettings:
                 ) from exc
         if rate <= 0:
             raise ConfigError(f"rate limit must be positive, got {rate}")
-        return cls(base_url=url.rstrip("/"), api_key=key, rate_limit_per_minute=rate)
+        return cls(base_url=_checked_url(url), api_key=key, rate_limit_per_minute=rate)
+
+
+def _checked_url(url: str) -> str:
+    """The base URL without a trailing slash; ConfigError unless it is an http(s) URL."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(
+            f"the API base URL must be an http(s) URL such as {DEFAULT_BASE_URL}, got {url!r} "
+            "(TERMINAL49_BASE_URL or --base-url)"
+        )
+    return url.strip().rstrip("/")
 
 
 def _str_or_none(value: object | None) -> str | None:

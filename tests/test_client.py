@@ -12,6 +12,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from pipelines.config import ApiSettings, ConfigError
 from pipelines.terminal49 import settings
 from pipelines.terminal49.client import RetriesExhausted, Terminal49Client, Unreachable
 
@@ -59,3 +60,24 @@ def test_refused_after_an_answer_gets_the_full_budget() -> None:
     assert client.get_json("/containers")["meta"]["total"] == 0  # after the refusals
     assert seen == ["ok", *["refused"] * refusals, "ok"]
     assert client.stats.retries == refusals
+
+
+@pytest.mark.parametrize("url", ["notaurl", "ftp://x/v2", "http:///v2", "api.terminal49.com/v2"])
+def test_a_base_url_that_is_not_http_is_a_config_error(url: str) -> None:
+    with pytest.raises(ConfigError, match="must be an http\\(s\\) URL"):
+        ApiSettings.resolve(base_url=url, api_key="k")
+    assert ApiSettings.resolve(base_url="http://127.0.0.1:9/v2/", api_key="k").base_url == (
+        "http://127.0.0.1:9/v2"
+    )
+
+
+def test_an_unsupported_protocol_is_not_retried() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.UnsupportedProtocol("Request URL has an unsupported protocol 'ftp://'.")
+
+    sleeps: list[float] = []
+    client = Terminal49Client("http://api.test/v2", "k", rate_limit_per_minute=None,
+                              transport=httpx.MockTransport(handler), sleep=sleeps.append)
+    with pytest.raises(Unreachable, match="unsupported protocol"):
+        client.get_json("/containers")
+    assert client.stats.requests == 1 and sleeps == []

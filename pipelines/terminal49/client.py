@@ -246,6 +246,8 @@ class Terminal49Client:
                     method, path, params=params, content=content, headers=headers
                 )
                 body = response.content  # reads the whole body: truncation raises here
+            except httpx.UnsupportedProtocol as exc:  # a URL no retry can fix
+                raise Unreachable(f"cannot reach the API at {self.base_url}: {exc}") from None
             except httpx.TransportError as exc:  # timeouts, refused, dropped, truncated
                 attempt += 1
                 reason = f"{type(exc).__name__}"
