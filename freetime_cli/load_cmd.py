@@ -57,6 +57,8 @@ def load(
             summary = load_with_progress(duckdb, api, concurrency)
     except (ConfigError, LoadFailed, WarehouseError) as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted: nothing was written, the warehouse holds the previous load", 130)
     print_summary(summary)
 
 

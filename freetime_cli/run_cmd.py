@@ -35,6 +35,7 @@ from freetime_cli._common import (
     fail,
     out,
     parse_as_of,
+    print_error,
     quiet_logging,
 )
 
@@ -231,6 +232,10 @@ def run(
         _run(duckdb, as_of, limit)
     except typer.Exit as exc:
         code = exc.exit_code
+    except KeyboardInterrupt:
+        print_error("interrupted: the warehouse holds what the last completed step wrote; "
+                    "the next run starts clean")
+        code = 130
     _leave(code)
 
 

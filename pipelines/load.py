@@ -246,6 +246,8 @@ def write_source(
     except PipelineStepFailed as exc:
         cause = _root_cause(exc)
         pipeline.abort_packages()  # a partial extraction must never be loaded later
+        if isinstance(cause, KeyboardInterrupt):  # Ctrl+C stays an interrupt, not a failure
+            raise KeyboardInterrupt("the load was interrupted; nothing was written") from None
         if _is_lock_error(cause):  # dlt reads its state from the warehouse first
             raise WarehouseLocked(_locked_message(path, 0)) from cause
         raise LoadFailed(_describe(cause, exc.step)) from cause

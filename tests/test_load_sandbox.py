@@ -262,6 +262,38 @@ def _cli(*args: str, env: dict[str, str] | None = None, **kw: Any) -> subprocess
     )
 
 
+def test_ctrl_c_stops_the_load_at_once_and_writes_nothing(tmp_path: Path) -> None:
+    """Ctrl+C while the loader waits for the rate window: it stops in seconds (not when the
+    60 s window frees up), exits 130 with one line, and the warehouse is as it was."""
+    with SandboxProcess(containers=2000, seed=4, clock=CLOCK) as sb:
+        db = tmp_path / "w.duckdb"
+        run_load(db, _api(sb, rate=100_000))
+        before = _dump(db)
+        sb.advance(hours=24)
+        sb.reset_stats()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TERMINAL49_")}
+        env.update({"TERMINAL49_API_KEY": sb.api_key, "TERMINAL49_RATE_LIMIT": "8"})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "freetime_cli.main", "load", "--duckdb", str(db),
+             "--base-url", sb.base_url],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            # as in a terminal, whatever the test runner's own SIGINT disposition is
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        deadline = time.monotonic() + 60
+        while sb.stats()["requests"] < 8 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+        assert proc.poll() is None, f"the load ended first: {proc.stderr and proc.stderr.read()}"
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert time.monotonic() - sent < 10, "Ctrl+C waited for the rate window"
+        assert proc.returncode == 130, err
+        assert "error: interrupted: nothing was written" in err and "Traceback" not in err
+        assert _dump(db) == before
+
+
 def test_killed_load_leaves_old_data_and_next_load_completes(tmp_path: Path) -> None:
     with SandboxProcess(containers=2000, seed=3, clock=CLOCK, rate_limit=600) as sb:
         db = tmp_path / "w.duckdb"

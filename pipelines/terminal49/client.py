@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -68,6 +69,10 @@ class ApiError(Terminal49Error):
 
 class RetriesExhausted(Terminal49Error):
     """A request kept failing (5xx, 429, network) through every retry."""
+
+
+class ClientClosed(Terminal49Error):
+    """The client was closed (or aborted) while a request waited to be sent."""
 
 
 class Unreachable(RetriesExhausted):
@@ -149,17 +154,18 @@ class Terminal49Client:
         transport: httpx.BaseTransport | None = None,
         max_attempts: int = settings.MAX_ATTEMPTS,
         backoff_base_s: float = settings.BACKOFF_BASE_S,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.concurrency = max(1, concurrency)
         self.max_attempts = max_attempts
         self.backoff_base_s = backoff_base_s
-        self._sleep = sleep
+        self._closed = threading.Event()
+        self._sleep = sleep or self._wait
         self.stats = ClientStats()
         limit = int(rate_limit_per_minute) if rate_limit_per_minute else None
         self.limiter = RollingWindowLimiter(
-            limit, settings.RATE_WINDOW_S, settings.RATE_WINDOW_MARGIN_S, sleep=sleep
+            limit, settings.RATE_WINDOW_S, settings.RATE_WINDOW_MARGIN_S, sleep=self._sleep
         )
         self._http = httpx.Client(
             base_url=self.base_url,
@@ -179,7 +185,18 @@ class Terminal49Client:
         return f"Terminal49Client(base_url={self.base_url!r})"
 
     def close(self) -> None:
+        self.abort()
         self._http.close()
+
+    def abort(self) -> None:
+        """Wake every thread waiting for the rate limit or a retry; they raise
+        :class:`ClientClosed` (a Ctrl+C must not wait out a 60 s rate window)."""
+        self._closed.set()
+
+    def _wait(self, seconds: float) -> None:
+        """The default sleep: ``seconds``, or until :meth:`abort`."""
+        if self._closed.wait(seconds):
+            raise ClientClosed("the client was closed")
 
     def __enter__(self) -> Terminal49Client:
         return self
@@ -315,10 +332,23 @@ class Terminal49Client:
                     pending.append((params, pool.submit(self.get, path, params, parse)))
                     if len(pending) >= window:
                         params0, fut = pending.pop(0)
-                        yield params0, fut.result()
+                        yield params0, _result(fut)
                 while pending:
                     params0, fut = pending.pop(0)
-                    yield params0, fut.result()
+                    yield params0, _result(fut)
+            except BaseException:  # a failed page, Ctrl+C, the consumer stopping: stop now
+                self.abort()  # workers waiting for the rate window give up at once
+                raise
             finally:
                 for _, fut in pending:
                     fut.cancel()
+
+
+def _result(future: Future[T]) -> T:
+    """``future.result()``, waking every 0.2 s: a Ctrl+C delivered to another thread (Prefect
+    runs several) is then raised here at once, not when the page arrives."""
+    while True:
+        try:
+            return future.result(timeout=0.2)
+        except FutureTimeout:
+            continue
