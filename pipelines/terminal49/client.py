@@ -322,7 +322,9 @@ class Terminal49Client:
         """GET ``path`` once per parameter set, ``concurrency`` at a time; yield in given order.
 
         ``parse`` runs in the worker threads. At most ``2 * concurrency`` answers are held in
-        memory at once.
+        memory at once. Any exception here (a page that failed, Ctrl+C, the consumer closing
+        the generator) aborts the client, so workers waiting for the rate window stop at once;
+        the client is not usable afterwards.
         """
         window = 2 * self.concurrency
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="t49") as pool:
