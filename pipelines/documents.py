@@ -21,7 +21,6 @@ import base64
 import hashlib
 import mimetypes
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,7 +115,7 @@ class DocumentsClient:
         api: ApiSettings,
         *,
         transport: httpx.BaseTransport | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,  # None: the API client's abortable wait
     ) -> None:
         if not api.api_key:
             raise ConfigError(
