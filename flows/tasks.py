@@ -298,13 +298,7 @@ def apply_webhooks(
     if not inbox.exists():
         return None
     api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit_per_minute)
-    client = (
-        Terminal49Client(
-            api.base_url, api.api_key, rate_limit_per_minute=api.rate_limit_per_minute
-        )
-        if api.api_key
-        else None
-    )
+    client = Terminal49Client.for_api(api) if api.api_key else None
     try:
         summary = apply_inbox(
             duckdb_path, inbox, client, reconcile=reconcile and client is not None

@@ -98,9 +98,7 @@ def apply(
         fail(str(exc))
     client = None
     if api.api_key:
-        client = Terminal49Client(
-            api.base_url, api.api_key, rate_limit_per_minute=api.rate_limit_per_minute
-        )
+        client = Terminal49Client.for_api(api)
     elif reconcile:
         fail("--reconcile needs an API key: set TERMINAL49_API_KEY")
     else:

@@ -125,10 +125,8 @@ class DocumentsClient:
         self.base_url = api.base_url.rstrip("/")
         # The API side goes through the project's one HTTP seam (pacing, Retry-After, retries);
         # POSTs are retried a few times only: a second /documents is answered 409 anyway.
-        self._api = Terminal49Client(
-            self.base_url,
-            api.api_key,
-            rate_limit_per_minute=api.rate_limit_per_minute,
+        self._api = Terminal49Client.for_api(
+            api,
             transport=transport,
             max_attempts=_ATTEMPTS,
             sleep=sleep,
@@ -250,12 +248,7 @@ def sync_documents(
     if not api.api_key:
         raise ConfigError("no API key: set TERMINAL49_API_KEY (or sources.terminal49.api_key)")
     path = resolve_duckdb_path(duckdb_path)
-    client = Terminal49Client(
-        api.base_url,
-        api.api_key,
-        rate_limit_per_minute=api.rate_limit_per_minute,
-        transport=transport,
-    )
+    client = Terminal49Client.for_api(api, transport=transport)
     pipeline = make_pipeline(path, PIPELINE_NAME)
     try:
         written = write_source(pipeline, documents_source(client), path, lock_retry_seconds)

@@ -144,10 +144,8 @@ def run_load(
         if on_page:
             on_page(stats)
 
-    client = Terminal49Client(
-        api.base_url,
-        api.api_key,
-        rate_limit_per_minute=api.rate_limit_per_minute,
+    client = Terminal49Client.for_api(
+        api,
         concurrency=concurrency,
         transport=transport,
         max_attempts=max_attempts,

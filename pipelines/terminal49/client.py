@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import httpx
 import orjson
 
+from pipelines.config import ApiSettings
 from pipelines.terminal49 import settings
 from pipelines.terminal49._ratelimit import RollingWindowLimiter
 
@@ -179,6 +180,15 @@ class Terminal49Client:
             limits=httpx.Limits(max_connections=self.concurrency + 2),
             transport=transport,
             follow_redirects=False,
+        )
+
+    @classmethod
+    def for_api(cls, api: ApiSettings, **options: Any) -> Terminal49Client:
+        """A client for resolved settings (base URL, key, rate limit); ``options`` are the
+        constructor's keyword arguments (concurrency, transport, retries)."""
+        return cls(
+            api.base_url, api.api_key or "", rate_limit_per_minute=api.rate_limit_per_minute,
+            **options,
         )
 
     def __repr__(self) -> str:
