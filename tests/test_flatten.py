@@ -89,3 +89,29 @@ def test_timestamps_and_numbers_as_text_on_the_fast_path(monkeypatch) -> None:
     assert out.column("terminal_checked_at").to_pylist() == [
         dt.datetime(2025, 11, 14, 3, tzinfo=dt.UTC)
     ]
+
+
+def test_numbers_an_integer_column_cannot_hold_land_as_text(monkeypatch) -> None:
+    """pyarrow truncates 40.5 into an int64 column and overflows on 2**63: both are kept whole
+    in ``__raw`` instead (a whole float such as 40.0 is read as the integer), and only the odd
+    value leaves the typed column."""
+    base = _captured()["containers"][0]
+    pages = []
+    for n, value in enumerate([40.5, 2**63, 40.0]):  # 2**63: one past int64, as orjson reads it
+        odd = copy.deepcopy(base)
+        odd["id"] = f"odd-{n}"
+        odd["attributes"]["equipment_length"] = value
+        odd["attributes"]["brand_new_count"] = value  # an unknown attribute: never lost either
+        pages.append(_both(flatten.containers_table, [base, odd], monkeypatch).to_pylist())
+    fraction, huge, whole = (page[1] for page in pages)
+    for page in pages:  # the other container of the page keeps its value, typed
+        assert page[0]["equipment_length"] == base["attributes"]["equipment_length"]
+        assert page[0].get("equipment_length__raw") is None
+    assert fraction["equipment_length"] is None
+    assert fraction["equipment_length__raw"] == "40.5"
+    assert fraction["brand_new_count"] == 40.5
+    assert huge["equipment_length"] is None
+    assert huge["equipment_length__raw"] == str(2**63)
+    assert huge["brand_new_count"] == str(2**63)
+    assert whole["equipment_length"] == 40
+    assert "equipment_length__raw" not in whole

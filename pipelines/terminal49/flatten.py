@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -26,7 +27,23 @@ _RESERVED = {"id", "type", "fetched_at"}
 
 
 def _json_text(value: Any) -> str | None:
-    return None if value is None else orjson.dumps(value).decode()
+    if value is None:
+        return None
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # what orjson cannot write (an integer beyond 64 bits): the stdlib can
+        return json.dumps(value, separators=(",", ":"), default=str)
+
+
+#: What a conversion to a declared type raises on a value it cannot take (an integer too large
+#: for int64 raises OverflowError).
+_UNCONVERTIBLE = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError)
+
+
+def _fractional(values: Iterable[Any]) -> bool:
+    """Whether a value has a fractional part: pyarrow would truncate it into an integer column
+    (``pa.array([40.5], pa.int64())`` gives 40), so such a column takes the ``__raw`` path."""
+    return any(isinstance(v, float) and not v.is_integer() for v in values)
 
 
 def _typed_array(name: str, values: list[Any], kind: pa.DataType | str) -> dict[str, pa.Array]:
@@ -37,21 +54,56 @@ def _typed_array(name: str, values: list[Any], kind: pa.DataType | str) -> dict[
     if pa.types.is_timestamp(kind):
         try:
             return {name: pa.array(values, pa.string()).cast(kind)}
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
+        except _UNCONVERTIBLE:
             return _timestamps_one_by_one(name, values, kind)
-    try:
-        return {name: pa.array(values, kind)}
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        pass
-    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+    lossy = pa.types.is_integer(kind) and _fractional(values)
+    if not lossy:
+        try:
+            return {name: pa.array(values, kind)}
+        except _UNCONVERTIBLE:
+            pass
+    if not lossy and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
         # Production sends some numbers as strings (port latitude "32.83"): parse them.
         try:
             as_text = [None if v is None else str(v) for v in values]
             return {name: pa.array(as_text, pa.string()).cast(kind)}
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
+        except _UNCONVERTIBLE:
             pass
-    # A value of a type we cannot read as declared: keep it as text rather than lose it.
-    return {f"{name}__raw": pa.array([_json_text(v) for v in values], pa.string())}
+    return _values_one_by_one(name, values, kind)
+
+
+def _one_value(v: Any, kind: pa.DataType) -> Any:
+    """``v`` as ``kind`` (a Python value), or raise ValueError if it cannot be read losslessly."""
+    numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
+    if pa.types.is_integer(kind) and _fractional([v]):
+        raise ValueError("fractional")
+    try:
+        return pa.array([v], kind)[0].as_py()
+    except _UNCONVERTIBLE:
+        if not (numeric and isinstance(v, str)):
+            raise ValueError("unconvertible") from None
+    try:  # a number sent as text
+        return pa.array([v], pa.string()).cast(kind)[0].as_py()
+    except _UNCONVERTIBLE:
+        raise ValueError("unparseable") from None
+
+
+def _values_one_by_one(name: str, values: list[Any], kind: pa.DataType) -> dict[str, pa.Array]:
+    """The column value by value: what reads as ``kind`` lands typed; any other value is kept
+    as text in ``<name>__raw`` (NULL in the typed column) rather than lost or truncated."""
+    typed: list[Any] = []
+    raw: list[str | None] = []
+    for v in values:
+        try:
+            typed.append(_one_value(v, kind))
+            raw.append(None)
+        except ValueError:
+            typed.append(None)
+            raw.append(_json_text(v))
+    cols = {name: pa.array(typed, kind)}
+    if any(r is not None for r in raw):
+        cols[f"{name}__raw"] = pa.array(raw, pa.string())
+    return cols
 
 
 def _timestamps_one_by_one(name: str, values: list[Any], kind: pa.DataType) -> dict[str, pa.Array]:
@@ -81,7 +133,7 @@ def _infer_array(values: list[Any]) -> pa.Array | None:
         return pa.array([_json_text(v) for v in values], pa.string())
     try:
         return pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
+    except _UNCONVERTIBLE:
         return pa.array([None if v is None else str(v) for v in values], pa.string())
 
 
@@ -106,6 +158,10 @@ def _struct_of(known: Mapping[str, pa.DataType | str]) -> pa.StructType:
     return cached[1]
 
 
+def _integer_columns(known: Mapping[str, pa.DataType | str]) -> list[str]:
+    return [n for n, k in known.items() if isinstance(k, pa.DataType) and pa.types.is_integer(k)]
+
+
 def _known_columns(
     attrs: Sequence[Mapping[str, Any]], known: Mapping[str, pa.DataType | str]
 ) -> dict[str, pa.Array]:
@@ -117,8 +173,10 @@ def _known_columns(
     text, ``__raw`` columns) decide what lands. Both paths give the same table.
     """
     struct = None
-    if FAST_PATH:
-        with contextlib.suppress(pa.ArrowInvalid, pa.ArrowTypeError):
+    if FAST_PATH and not any(
+        _fractional(a.get(n) for a in attrs) for n in _integer_columns(known)
+    ):
+        with contextlib.suppress(*_UNCONVERTIBLE):
             struct = pa.array(attrs, _struct_of(known))
     cols: dict[str, pa.Array] = {}
     children = iter(struct.flatten()) if struct is not None else None
@@ -131,7 +189,7 @@ def _known_columns(
         if pa.types.is_timestamp(kind):
             try:
                 arr = arr.cast(kind)
-            except (pa.ArrowInvalid, pa.ArrowTypeError):
+            except _UNCONVERTIBLE:
                 cols.update(_timestamps_one_by_one(name, arr.to_pylist(), kind))
                 continue
         cols[name] = arr
@@ -245,7 +303,7 @@ def _child_table(
     for i, f in enumerate(fields):
         try:
             arrays.append(pa.array(rows[f.name], f.type))
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
+        except _UNCONVERTIBLE:
             arrays.append(pa.array([_json_text(v) for v in rows[f.name]], pa.string()))
             fields[i] = f.with_type(pa.string())
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
