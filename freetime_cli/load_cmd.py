@@ -21,7 +21,7 @@ from freetime_cli._common import (
     out,
     quiet_logging,
 )
-from pipelines.config import ApiSettings, ConfigError
+from pipelines.config import ApiSettings, ConfigError, resolve_duckdb_path
 from pipelines.warehouse import WarehouseError
 
 if TYPE_CHECKING:  # dlt takes a second to import: only the command itself pays for it
@@ -45,6 +45,7 @@ def load(
 
     quiet_logging()
     try:
+        resolve_duckdb_path(duckdb)  # a bad path fails before the sandbox starts
         with contextlib.ExitStack() as stack:
             if sandbox:
                 url, key = stack.enter_context(embedded_sandbox())

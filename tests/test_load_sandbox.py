@@ -389,6 +389,27 @@ def test_unreachable_api_fails_cleanly_and_keeps_the_warehouse(
     assert _dump(db) == before
 
 
+def test_a_bad_warehouse_path_fails_before_the_sandbox_starts(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    proc = _cli("load", "--sandbox", "--duckdb", str(blocker / "w.duckdb"))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in err
+    assert f"cannot create the folder {blocker}" in err
+    assert "sandbox" not in out + err  # it never started
+
+
+def test_webhooks_apply_without_an_inbox_creates_nothing(tmp_path: Path) -> None:
+    proc = _cli("webhooks", "apply", "--duckdb", str(tmp_path / "w.duckdb"))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert f"nothing to apply: no inbox at {tmp_path / 'inbox.sqlite'}" in " ".join(out.split())
+    assert list(tmp_path.iterdir()) == []
+    proc = _cli("webhooks", "apply", "--inbox", str(tmp_path / "missing.sqlite"))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "no inbox at" in err and "Traceback" not in err
+
+
 def _hold_read_lock(db: Path, seconds: float) -> subprocess.Popen[str]:
     """Another process (a notebook, say) holding a read-only connection for a while."""
     code = (
