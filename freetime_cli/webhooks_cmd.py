@@ -94,8 +94,16 @@ def apply(
         fail(f"no inbox at {inbox}")
     try:
         api = ApiSettings.resolve(base_url=base_url)
+        inbox_path = inbox or default_inbox_path(duckdb)
     except ConfigError as exc:
         fail(str(exc))
+    if not reconcile and not inbox_path.exists():  # nothing received yet: create nothing
+        out.print(
+            f"nothing to apply: no inbox at {escape(str(inbox_path))} yet (`freetime webhooks "
+            "serve` receives notifications into it; --reconcile pulls them from the API)",
+            highlight=False,
+        )
+        return
     client = None
     if api.api_key:
         client = Terminal49Client.for_api(api)
@@ -106,9 +114,7 @@ def apply(
             "no API key: containers that notifications do not carry are left for the next load"
         )
     try:
-        summary = apply_inbox(
-            duckdb, inbox or default_inbox_path(duckdb), client, reconcile=reconcile
-        )
+        summary = apply_inbox(duckdb, inbox_path, client, reconcile=reconcile)
     except (LoadFailed, WarehouseError, Terminal49Error, ConfigError) as exc:
         fail(str(exc))
     finally:
