@@ -164,3 +164,47 @@ def test_documents_sync_loads_the_seeded_email_documents(sandbox: Any, tmp_path:
     with reading(tmp_path / "w.duckdb") as con:
         n_docs = con.execute("select count(distinct id) from terminal49.documents").fetchall()
     assert n_docs[0][0] == len(truth["documents"])
+
+
+class _ReorderingDocuments:
+    """A documents list, newest update first, two per page, where ``d5`` is updated (and so
+    jumps to page 1) just before page 2 is first served: an offset scan never sees it."""
+
+    def __init__(self, extra_total: int = 0) -> None:
+        self.order = [f"d{i}" for i in range(1, 6)]
+        self.extra_total = extra_total  # a total above what the list holds: never complete
+        self.requests: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        number = int(request.url.params.get("page[number]", "1"))
+        self.requests.append(f"{request.url.path}#{number}")
+        if request.url.path.endswith("/email_submissions"):
+            return httpx.Response(200, json={"data": [], "meta": {"total": 0}, "links": {}})
+        if number == 2 and self.order[0] != "d5":
+            self.order.remove("d5")
+            self.order.insert(0, "d5")
+        page = self.order[(number - 1) * 2: number * 2]
+        more = number * 2 < len(self.order)
+        return httpx.Response(200, json={
+            "data": [{"id": i, "type": "document", "attributes": {"name": i}} for i in page],
+            "meta": {"size": 2, "total": len(self.order) + self.extra_total},
+            "links": {"next": f"/v2/documents?page[number]={number + 1}"} if more else {},
+        })
+
+
+def test_documents_sync_finds_a_document_that_moved_during_the_scan(tmp_path: Path) -> None:
+    from pipelines.load import LoadFailed
+
+    api = ApiSettings(base_url="http://api.test/v2", api_key="k", rate_limit_per_minute=None)
+    server = _ReorderingDocuments()
+    sync_documents(tmp_path / "w.duckdb", api, transport=httpx.MockTransport(server))
+    with reading(tmp_path / "w.duckdb") as con:
+        ids = [r[0] for r in con.execute("select id from terminal49.documents").fetchall()]
+    assert sorted(ids) == [f"d{i}" for i in range(1, 6)], server.requests  # each once
+    # one reconciliation page (page 1 again), then complete
+    assert [r for r in server.requests if "documents#" in r] == [
+        "/v2/documents#1", "/v2/documents#2", "/v2/documents#3", "/v2/documents#1"]
+
+    lying = _ReorderingDocuments(extra_total=1)
+    with pytest.raises(LoadFailed, match=r"/documents: saw 5 distinct records of the 6"):
+        sync_documents(tmp_path / "x.duckdb", api, transport=httpx.MockTransport(lying))

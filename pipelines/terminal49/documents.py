@@ -22,6 +22,7 @@ from dlt.sources import DltResource
 
 from pipelines.terminal49 import Batch, flatten, settings, table_resource
 from pipelines.terminal49.client import ApiError, Terminal49Client
+from pipelines.terminal49.scan import ScanIncomplete
 
 DOCUMENTS_PATH = "/documents"
 EMAIL_SUBMISSIONS_PATH = "/email_submissions"
@@ -146,28 +147,70 @@ def document_tables(
     return tables
 
 
-def _pages(
-    client: Terminal49Client, path: str, include: str | None, page_size: int
-) -> Iterator[dict[str, Any]]:
-    """Every page of a list, following ``links.next`` by page number; drops an include the
-    server rejects (400) rather than failing the sync."""
-    number = 1
-    while number <= MAX_PAGES:
-        params: dict[str, Any] = {"page[number]": number, "page[size]": page_size}
-        if include:
-            params["include"] = include
-        try:
-            doc = client.get_json(path, params)
-        except ApiError as exc:
-            if exc.status == 400 and include:
-                include = None
-                continue
-            raise
-        yield doc
-        data = doc.get("data") or []
-        if not (doc.get("links") or {}).get("next") or not data:
-            return
-        number += 1
+class _ListPages:
+    """Every page of a document list, reconciled like :class:`.scan.ListScan`.
+
+    The list's order is not documented; if it moves a record forward while we page (as the
+    container list does), an offset scan skips one. So after the first pass, while fewer
+    distinct ids than ``meta.total`` were seen, the list is re-read from page 1 (at most
+    ``passes`` times), then :class:`.scan.ScanIncomplete` is raised. An include the server
+    rejects (400) is dropped rather than failing the sync.
+    """
+
+    def __init__(
+        self, client: Terminal49Client, path: str, include: str | None, page_size: int,
+        passes: int = 3,
+    ) -> None:
+        self.client, self.path, self.include = client, path, include
+        self.page_size, self.passes = page_size, passes
+        self.seen: set[str] = set()
+        self.total: int | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.total is None or len(self.seen) >= self.total
+
+    def _fetch(self, number: int) -> dict[str, Any]:
+        while True:
+            params: dict[str, Any] = {"page[number]": number, "page[size]": self.page_size}
+            if self.include:
+                params["include"] = self.include
+            try:
+                doc = self.client.get_json(self.path, params)
+            except ApiError as exc:
+                if exc.status == 400 and self.include:
+                    self.include = None
+                    continue
+                raise
+            data = doc.get("data") or []
+            for r in data if isinstance(data, list) else [data]:
+                if isinstance(r, dict) and r.get("id") is not None:
+                    self.seen.add(str(r["id"]))
+            total = (doc.get("meta") or {}).get("total")
+            if isinstance(total, int):
+                self.total = total
+            return doc
+
+    def _pass(self, until_complete: bool) -> Iterator[dict[str, Any]]:
+        for number in range(1, MAX_PAGES + 1):
+            if until_complete and self.complete:
+                return
+            doc = self._fetch(number)
+            yield doc
+            if not (doc.get("links") or {}).get("next") or not doc.get("data"):
+                return
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        yield from self._pass(until_complete=False)
+        for _ in range(self.passes):
+            if self.complete:
+                return
+            yield from self._pass(until_complete=True)
+        if not self.complete:
+            raise ScanIncomplete(
+                f"{self.path}: saw {len(self.seen)} distinct records of the {self.total} the "
+                f"API reports, after {self.passes} reconciliation passes"
+            )
 
 
 @dlt.source(name="terminal49_documents", max_table_nesting=0)
@@ -183,7 +226,7 @@ def documents_source(
 
     def batches() -> Iterator[Batch]:
         for path, include in lists:
-            for doc in _pages(client, path, include, page_size):
+            for doc in _ListPages(client, path, include, page_size):
                 data = doc.get("data") or []
                 data = data if isinstance(data, list) else [data]
                 included = doc.get("included") or []
