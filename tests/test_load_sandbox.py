@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from pipelines.config import ApiSettings, ConfigError
-from pipelines.load import LoadFailed, pipelines_dir_for, run_load
+from pipelines.load import PIPELINE_NAME, LoadFailed, pipelines_dir_for, run_load
 from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import WarehouseLocked
 from sandbox.testing import SandboxProcess
@@ -186,6 +186,9 @@ def test_second_load_leaves_identical_rows(sandbox: Any, tmp_path: Path) -> None
     first = _dump(db)
     run_load(db, _api(sandbox))
     assert _dump(db) == first
+    # written packages are deleted, not kept to pile up with every scheduled load
+    load_dir = pipelines_dir_for(db) / PIPELINE_NAME / "load"
+    assert load_dir.is_dir() and not any(load_dir.glob("loaded/*")), list(load_dir.rglob("*"))
 
 
 def test_world_moves_cleared_holds_disappear() -> None:
