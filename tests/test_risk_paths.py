@@ -171,21 +171,16 @@ def test_hash_collision_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     assert got == [[1, 2, 0], [1, None, 0, None]]
 
 
-def test_reason_without_holds_product_table(
+def test_reason_codes_too_large_take_the_generic_path(
     monkeypatch: pytest.MonkeyPatch, tariffs: pl.DataFrame
 ) -> None:
-    """Phrase tables small enough, but the holds x tail product not: holds as its own piece."""
+    """Sentence codes that would not fit in Int64: each row's sentence is built as text."""
     frames = _frames(3000, US, False)
     fast = compute_risk(frames, AS_OF, tariffs).collect()
-    seen: list[int] = []
-    product_size = R._reason_fast
-
-    def spy(ph: R._Phrases, place: list[str], holds: list[str], unknown: pl.Expr) -> pl.Expr:
-        seen.append(len(holds) * ph.tail.len())
-        return product_size(ph, place, holds, unknown)
-
-    monkeypatch.setattr(R, "_reason_fast", spy)
-    monkeypatch.setattr(R, "MAX_PHRASE_TABLE", 2000)
-    split = compute_risk(frames, AS_OF, tariffs).collect()
-    assert seen and seen[0] > 2000  # the product table was not built
-    assert_frame_equal(fast, split, check_exact=True)
+    plan = R.risk_plan(frames, AS_OF, tariffs)[1]
+    assert "_reason_code" in plan[-2] and "risk_reason" in plan[-1]  # the coded path ran
+    monkeypatch.setattr(R, "MAX_REASON_CODE", 10)
+    plan = R.risk_plan(frames, AS_OF, tariffs)[1]
+    assert "_reason_code" not in plan[-1] and "risk_reason" in plan[-1]
+    generic = compute_risk(frames, AS_OF, tariffs).collect()
+    assert_frame_equal(fast, generic, check_exact=True)

@@ -30,7 +30,8 @@ Performance (``benchmarks/bench_risk.py --breakdown`` shows where the time goes)
   for the value ranges present: per-zone "today" constants, local dates from an hourly date table
   (whole-hour zones, instants inside the calendar window; else per-zone offsets), tariff rows by
   a dense (carrier, port, equipment) code, costs and estimated LFDs from (tariff row, days)
-  tables, and ``risk_reason`` from phrase tables (three pieces concatenated per row). When a
+  tables, and ``risk_reason`` from phrase tables (an integer code per row; each distinct
+  sentence is concatenated once per row block, then gathered). When a
   range is too wide for a table, the same quantity comes from the general formula instead (same
   result, slower). Row blocks are evaluated in parallel.
 """
@@ -954,20 +955,34 @@ def _layers(
         projected_demurrage=pl.when(costed).then(dem.cost(proj_days, col("_d"))),
         projected_pickup_date=pl.when(~done).then(col("_pickup_date")),
         risk_level=_gather(LEVELS, level.cast(pl.UInt32), pl.String),
-        risk_reason=_reason_fast(ph, place_src, holds_txt, unknown) if ph is not None
-        else _reason_generic(tdf, unknown),
     ))
+    fast = _reason_fast(ph, place_src, holds_txt, unknown) if ph is not None else None
+    if fast is None:
+        layers[-1]["risk_reason"] = _reason_generic(tdf, unknown)
+        return layers
+    # --- G: the sentence, built once per distinct sentence code ---------------------------
+    code, reason = fast
+    layers[-1]["_reason_code"] = code
+    layers.append(dict(risk_reason=reason))
     return layers
+
+
+#: Largest sentence code :func:`_reason_fast` packs into Int64 (else the generic path).
+MAX_REASON_CODE = 2**62
 
 
 def _reason_fast(
     ph: _Phrases, place_src: Sequence[str], holds_txt: Sequence[str], unknown: pl.Expr
-) -> pl.Expr:
-    """``risk_reason`` from gathered phrases: one concatenation of three pieces per row.
+) -> tuple[pl.Expr, pl.Expr] | None:
+    """``risk_reason`` as ``(code, sentence)``: an Int64 code per row that fixes its sentence
+    (to be computed first, as column ``_reason_code``), and the sentence from that column.
 
-    The pieces: the first phrase (one gather), the status or LFD place (one gather), and the
-    holds with the availability / appointment / stale tail (one gather from their product when
-    that table is small, else two pieces).
+    A sentence is four pieces: the first phrase, the status or LFD place, the holds, and the
+    availability / appointment / stale tail, each an index into a small phrase table; the code
+    packs the four indices. The sentences are built once per distinct code in the row block
+    and gathered (1M rows hold about 78,000 distinct sentences: about 3% less CPU than building
+    a string per row; when every row differs it costs one hash pass more). None when the
+    codes would not fit in :data:`MAX_REASON_CODE` (then the generic path builds each row's).
     """
     col = pl.col
     done, d = col("_done"), col("days_to_lfd")
@@ -986,10 +1001,13 @@ def _reason_fast(
         .otherwise(ph.o_lfd + d.cast(pl.Int64) - ph.lo_lfd)
     )
     is_status = done & col("empty_terminated_at").is_null() & col("full_out_at").is_null()
+    # a place (terminal x LFD source), a done status (is_status implies one), or nothing
+    mid_txt = [*place_src, *DONE_STATUSES, None]
+    n_mid = len(mid_txt)
     mid = (
-        pl.when(is_status).then(col("current_status"))
-        .when(~done & col("lfd_date").is_not_null())
-        .then(_gather(place_src, col("_term") * 3 + col("_src"), pl.String))
+        pl.when(is_status).then(len(place_src) + _codes(DONE_STATUSES)(col("current_status")))
+        .when(~done & col("lfd_date").is_not_null()).then(col("_term") * 3 + col("_src"))
+        .fill_null(n_mid - 1).cast(pl.Int64)
     )
     active = ~done & (col("lfd_date").is_not_null() | col("_discharged"))
     avail = (
@@ -1009,14 +1027,18 @@ def _reason_fast(
     tail = (avail * 2 + stale) * (ph.n_appt + 2) + appt
     holds = pl.when(active).then(col("_hcode")).otherwise(0).cast(pl.Int64)
     n_tail = ph.tail.len()
-    if len(holds_txt) * n_tail <= MAX_PHRASE_TABLE:
-        tails = ph.tail.fill_null("").to_list()
-        product = pl.Series([(h + t) or None for h in holds_txt for t in tails], dtype=pl.String)
-        rest = [pl.lit(product).gather(holds * n_tail + tail)]
-    else:
-        rest = [_gather([t or None for t in holds_txt], holds, pl.String),
-                pl.lit(ph.tail).gather(tail)]
-    return pl.concat_str([pl.lit(ph.first).gather(first), mid, *rest], ignore_nulls=True)
+    n_rest = len(holds_txt) * n_tail
+    if ph.first.len() * n_mid * n_rest > MAX_REASON_CODE:
+        return None
+    code = (first.cast(pl.Int64) * n_mid + mid) * n_rest + holds * n_tail + tail
+    u = col("_reason_code").unique()
+    sentences = pl.concat_str([
+        pl.lit(ph.first).gather(u // (n_mid * n_rest)),
+        _gather(mid_txt, (u // n_rest) % n_mid, pl.String),
+        _gather([t or None for t in holds_txt], (u % n_rest) // n_tail, pl.String),
+        pl.lit(ph.tail).gather(u % n_tail),
+    ], ignore_nulls=True)
+    return code, col("_reason_code").replace_strict(u, sentences, return_dtype=pl.String)
 
 
 def _reason_generic(tdf: pl.DataFrame, unknown: pl.Expr) -> pl.Expr:
