@@ -184,3 +184,18 @@ def test_reason_codes_too_large_take_the_generic_path(
     assert "_reason_code" not in plan[-1] and "risk_reason" in plan[-1]
     generic = compute_risk(frames, AS_OF, tariffs).collect()
     assert_frame_equal(fast, generic, check_exact=True)
+
+
+def test_holds_mask_equals_list_aggregation(
+    monkeypatch: pytest.MonkeyPatch, tariffs: pl.DataFrame
+) -> None:
+    """Holds as per-container bit masks (NULL names, duplicates, both statuses) give the same
+    lists and reasons as aggregating lists, the path taken when names outnumber the bits."""
+    frames = _frames(3000, US, False)
+    holds = frames["container_holds"].collect()
+    assert holds["name"].null_count() and holds.is_duplicated().any()  # the cases are there
+    masked = compute_risk(frames, AS_OF, tariffs).collect()
+    assert masked.filter(pl.col("blocking_holds").list.len() > 1).height > 0
+    monkeypatch.setattr(R, "_MASK_BITS", 4)  # 3 names and NULL need 8 bits: lists instead
+    listed = compute_risk(frames, AS_OF, tariffs).collect()
+    assert_frame_equal(masked, listed, check_exact=True)

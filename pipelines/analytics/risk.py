@@ -248,6 +248,36 @@ def _row_indexes(pairs: Sequence[tuple[pl.Series, pl.Series]]) -> list[pl.Series
 # --- eager preparation: the small tables the row-level plan gathers from --------------------
 
 
+#: Bits of the per-container holds mask: two per hold name (hold, pending), NULL name first.
+_MASK_BITS = 62
+
+
+def _pl_bit_table() -> pl.Expr:
+    return pl.lit(pl.Series([1 << i for i in range(_MASK_BITS)], dtype=pl.Int64))
+
+
+def _decode_holds(masks: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:
+    """``container_id, _mask`` to the holds columns: ``blocking_holds``, ``pending_holds``
+    (sorted, unique; a NULL name first), ``_nb`` and the ``_holds_txt`` phrase, built once
+    per distinct mask. ``names`` are the sorted distinct names (bit ``2 * (rank) + pending``,
+    rank 0 for NULL)."""
+    by_code: list[str | None] = [None, *names]
+    rows = []
+    for m in masks["_mask"].unique().to_list():
+        blocking = [n for c, n in enumerate(by_code) if m >> (2 * c) & 1]
+        pending = [n for c, n in enumerate(by_code) if m >> (2 * c + 1) & 1]
+        txt = "".join(  # as list.join does: NULL names left out of the text
+            f"; {', '.join(n for n in listed if n is not None)} {what}"
+            for listed, what in ((blocking, "hold"), (pending, "pending")) if listed
+        )
+        rows.append((m, blocking, pending, len(blocking), txt))
+    table = pl.DataFrame(rows, orient="row", schema={
+        "_mask": pl.Int64, "blocking_holds": pl.List(pl.String),
+        "pending_holds": pl.List(pl.String), "_nb": pl.UInt32, "_holds_txt": pl.String,
+    })
+    return masks.join(table, on="_mask", how="left").drop("_mask")
+
+
 def _when_txt(d: pl.Expr) -> pl.Expr:
     """The "LFD in 3 days" phrase for a days-to-LFD expression."""
     return (
@@ -613,10 +643,20 @@ def risk_plan(
         col("nickname").alias("pod_terminal_nickname"),
         col("firms_code").alias("pod_terminal_firms_code"),
     ).unique("pod_terminal_id", keep="first", maintain_order=True).drop_nulls("pod_terminal_id")
-    # holds: deduplicated and sorted once, so each list comes out unique and sorted
+    # holds: one bit per (name, status) OR-ed per container (a numeric aggregation), decoded
+    # from the few distinct masks after collecting; the names' dense rank (sorted, NULL first
+    # as 0) gives the bit, so each list comes out unique and sorted.
+    holds_in = fr.container_holds.filter(col("status").is_in(["hold", "pending"]))
+    bit = col("name").rank("dense").fill_null(0).cast(pl.Int64) * 2 + (
+        col("status") == "pending").cast(pl.Int64)
+    masks_q = holds_in.select(  # the rank over all holds, before grouping
+        "container_id", _pl_bit_table().gather(bit.clip(0, _MASK_BITS - 1)).alias("_mask"),
+    ).group_by("container_id").agg(col("_mask").bitwise_or())
+    names_q = holds_in.select(col("name").drop_nulls().unique().sort())
+    # the same lists by list aggregation (when there are too many names for the mask)
     nb_h, np_h = col("blocking_holds").list.len(), col("pending_holds").list.len()
     holds_q = (
-        fr.container_holds.filter(col("status").is_in(["hold", "pending"]))
+        holds_in
         .unique(["container_id", "status", "name"]).sort("name")
         .group_by("container_id").agg(
             col("name").filter(col("status") == "hold").alias("blocking_holds"),
@@ -661,8 +701,12 @@ def risk_plan(
         *[col(c).to_physical().max().alias(f"{c}_max") for c in _TS_STATS],
     )
     # holds and fees are aggregated as separate plans, so that the two threads share them
-    cdf, sdf, tdf, hdf, fdf, zdf, sts = pl.collect_all(
-        [fr.containers, ship_q, term_q, holds_q, fees_q, zone_q, stats_q], engine="in-memory")
+    cdf, sdf, tdf, mdf, ndf, fdf, zdf, sts = pl.collect_all(
+        [fr.containers, ship_q, term_q, masks_q, names_q, fees_q, zone_q, stats_q],
+        engine="in-memory")
+    hold_names = ndf["name"].to_list()
+    hdf = (_decode_holds(mdf, hold_names) if 2 * (len(hold_names) + 1) <= _MASK_BITS
+           else holds_q.collect(engine="in-memory"))
     edf = extras(hdf, fdf)
     _mark('prep: inputs, aggregates, distinct values')
     stats: dict[str, int | None] = sts.row(0, named=True)
