@@ -1075,7 +1075,7 @@ def _reason_fast(
     if ph.first.len() * n_mid * n_rest > MAX_REASON_CODE:
         return None
     code = (first.cast(pl.Int64) * n_mid + mid) * n_rest + holds * n_tail + tail
-    u = col("_reason_code").unique()
+    u = col("_reason_code").unique(maintain_order=True)  # hashed; the unordered one sorts
     sentences = pl.concat_str([
         pl.lit(ph.first).gather(u // (n_mid * n_rest)),
         _gather(mid_txt, (u // n_rest) % n_mid, pl.String),
