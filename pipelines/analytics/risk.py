@@ -252,7 +252,8 @@ def _row_indexes(pairs: Sequence[tuple[pl.Series, pl.Series]]) -> list[pl.Series
 _MASK_BITS = 62
 
 
-def _pl_bit_table() -> pl.Expr:
+def _bit_values() -> pl.Expr:
+    """``1 << i`` for each bit ``i`` of the mask, as a literal to gather from."""
     return pl.lit(pl.Series([1 << i for i in range(_MASK_BITS)], dtype=pl.Int64))
 
 
@@ -650,7 +651,7 @@ def risk_plan(
     bit = col("name").rank("dense").fill_null(0).cast(pl.Int64) * 2 + (
         col("status") == "pending").cast(pl.Int64)
     masks_q = holds_in.select(  # the rank over all holds, before grouping
-        "container_id", _pl_bit_table().gather(bit.clip(0, _MASK_BITS - 1)).alias("_mask"),
+        "container_id", _bit_values().gather(bit.clip(0, _MASK_BITS - 1)).alias("_mask"),
     ).group_by("container_id").agg(col("_mask").bitwise_or())
     names_q = holds_in.select(col("name").drop_nulls().unique().sort())
     # the same lists by list aggregation (when there are too many names for the mask)
