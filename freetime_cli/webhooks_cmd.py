@@ -42,7 +42,7 @@ def serve(
     """Accept signed notifications (401 bad signature, 400 malformed) into the local inbox."""
     import uvicorn
 
-    from pipelines.webhooks.inbox import default_inbox_path
+    from pipelines.webhooks.inbox import Inbox, InboxUnusable, default_inbox_path
     from pipelines.webhooks.receiver import PATH, create_app
 
     if not secret:
@@ -58,7 +58,10 @@ def serve(
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     try:
+        Inbox(inbox_path).close()  # a folder or a file that is no inbox fails here, not later
         web = create_app(secret, inbox_path)
+    except InboxUnusable as exc:
+        fail(str(exc))
     except Exception as exc:  # inbox folder not writable, ...
         fail(f"cannot open the inbox {inbox_path}: {exc}")
     bound = sock.getsockname()[1]
@@ -87,7 +90,7 @@ def apply(
     from pipelines.load import LoadFailed
     from pipelines.terminal49.client import Terminal49Client, Terminal49Error
     from pipelines.webhooks.apply import apply_inbox
-    from pipelines.webhooks.inbox import default_inbox_path
+    from pipelines.webhooks.inbox import Inbox, InboxUnusable, default_inbox_path
 
     quiet_logging()
     if inbox is not None and not inbox.exists():
@@ -104,6 +107,11 @@ def apply(
             highlight=False,
         )
         return
+    if inbox_path.exists():  # a folder, or a file that is no inbox: say so before anything
+        try:
+            Inbox(inbox_path).close()
+        except InboxUnusable as exc:
+            fail(str(exc))
     client = None
     if api.api_key:
         client = Terminal49Client.for_api(api)

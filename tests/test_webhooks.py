@@ -23,7 +23,12 @@ from freetime_cli.webhooks_cmd import start_receiver_process
 from pipelines.terminal49.client import Terminal49Client
 from pipelines.warehouse import reading
 from pipelines.webhooks.apply import apply_inbox
-from pipelines.webhooks.inbox import Inbox, MalformedNotification, parse_notification
+from pipelines.webhooks.inbox import (
+    Inbox,
+    InboxUnusable,
+    MalformedNotification,
+    parse_notification,
+)
 from pipelines.webhooks.receiver import PATH, create_app
 from pipelines.webhooks.signing import HEADER, sign, verify
 from tests.conftest import T49, reference_json
@@ -119,6 +124,23 @@ def test_inbox_stores_each_id_once(tmp_path: Path) -> None:
         assert inbox.add_many([n, n]) == [True, False]
         assert inbox.add(n) is False
         assert inbox.counts() == {"stored": 1, "pending": 1, "deliveries": 3}
+
+
+def test_an_inbox_path_that_is_no_inbox_is_one_clear_line(tmp_path: Path) -> None:
+    not_sqlite = tmp_path / "notes.txt"
+    not_sqlite.write_text("not an inbox")
+    with pytest.raises(InboxUnusable, match=r"is a folder; give a file, e\.g\. .*inbox\.sqlite"):
+        Inbox(tmp_path)
+    with pytest.raises(InboxUnusable, match="cannot open the inbox .*notes.txt: file is not a"):
+        Inbox(not_sqlite)
+    assert not_sqlite.read_text() == "not an inbox"  # left as it was
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TERMINAL49_", "FREETIME_"))}
+    for args in (["apply", "--inbox", str(tmp_path)],
+                 ["serve", "--inbox", str(not_sqlite), "--secret", "s", "--port", "0"]):
+        proc = subprocess.run(["freetime", "webhooks", *args], capture_output=True, text=True,
+                              env=env, timeout=60, check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith("error: ") and "inbox" in proc.stderr
 
 
 # -- receiver over HTTP ------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from pipelines.config import resolve_duckdb_path
+from pipelines.config import ConfigError, resolve_duckdb_path
 
 INBOX_ENV = "FREETIME_INBOX"
 MAX_BODY_BYTES = 10 * 1024 * 1024
@@ -56,6 +56,10 @@ def default_inbox_path(duckdb_path: str | os.PathLike[str] | None = None) -> Pat
     if env:
         return Path(env)
     return resolve_duckdb_path(duckdb_path).parent / "inbox.sqlite"
+
+
+class InboxUnusable(ConfigError):
+    """The inbox path is a folder, not an SQLite inbox, or cannot be created (message says)."""
 
 
 class MalformedNotification(ValueError):
@@ -133,15 +137,29 @@ class Inbox:
     """One connection to the inbox file; use one instance per thread."""
 
     def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> None:
+        """Open (creating if missing) the inbox at ``path``; :class:`InboxUnusable` if it is a
+        folder, not an SQLite file, or cannot be created."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._con = sqlite3.connect(
-            str(self.path), timeout=timeout_s, isolation_level=None, check_same_thread=False
-        )
-        self._con.execute("PRAGMA journal_mode=WAL")
-        self._con.execute("PRAGMA synchronous=FULL")
-        self._con.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
-        self._con.executescript(SCHEMA)
+        if self.path.is_dir():
+            raise InboxUnusable(
+                f"the inbox path {self.path} is a folder; give a file, e.g. "
+                f"{self.path / 'inbox.sqlite'}"
+            )
+        con = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            con = sqlite3.connect(
+                str(self.path), timeout=timeout_s, isolation_level=None, check_same_thread=False
+            )
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute("PRAGMA synchronous=FULL")
+            con.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
+            con.executescript(SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            if con is not None:
+                con.close()
+            raise InboxUnusable(f"cannot open the inbox {self.path}: {exc}") from exc
+        self._con = con
 
     def close(self) -> None:
         self._con.close()
