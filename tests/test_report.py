@@ -147,6 +147,14 @@ def test_cli_bad_input_is_one_line_exit_2(warehouse: Path, args: list[str], need
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+def test_cli_unwritable_out_names_the_path_given(warehouse: Path) -> None:
+    out = warehouse / "r.html"  # under a file: its folder cannot be made
+    r = runner.invoke(app, ["report", "--duckdb", str(warehouse), "--out", str(out)])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert r.stderr.startswith(f"error: cannot write the report to {out}: ")
+    assert ".tmp" not in r.stderr
+
+
 def test_cli_missing_warehouse(tmp_path: Path) -> None:
     r = runner.invoke(app, ["report", "--duckdb", str(tmp_path / "none.duckdb"),
                             "--out", str(tmp_path / "r.html")])

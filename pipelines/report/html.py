@@ -215,8 +215,11 @@ def write_report(
     rd = d.load_risk(duckdb_path, as_of=as_of)
     page = render_report(rd)
     out = Path(out_path) if out_path else DEFAULT_REPORT_PATH
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    except OSError as exc:  # the user's path, not our temporary file's, in the message
+        raise OSError(f"cannot write the report to {out}: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(page)
