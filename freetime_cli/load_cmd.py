@@ -44,6 +44,8 @@ def load(
     from pipelines.load import LoadFailed
 
     quiet_logging()
+    if sandbox and base_url:
+        fail("--sandbox loads from the local sandbox; drop --base-url (or drop --sandbox)")
     try:
         resolve_duckdb_path(duckdb)  # a bad path fails before the sandbox starts
         with contextlib.ExitStack() as stack:

@@ -274,9 +274,12 @@ def _run(duckdb: Path | None, as_of: str | None, limit: int) -> None:
     command_started = time.perf_counter()
     age = process_age()
     started = command_started - age if age is not None else None
+    from pipelines.config import ConfigError, resolve_duckdb_path
+
     try:
         when = parse_as_of(as_of)
-    except ValueError as exc:
+        resolve_duckdb_path(duckdb)  # a bad path fails now, before the sandbox and Prefect start
+    except (ValueError, ConfigError) as exc:
         fail(str(exc))
     for key, value in PREFECT_QUIET_ENV.items():
         os.environ.setdefault(key, value)
@@ -287,7 +290,7 @@ def _run(duckdb: Path | None, as_of: str | None, limit: int) -> None:
         os.environ["PREFECT_API_URL"] = server.api_url  # read when Prefect is imported
         os.environ[PRIVATE_SERVER_ENV] = "1"  # see flows.tasks.ensure_warehouse_limit
 
-    from pipelines.config import ApiSettings, ConfigError
+    from pipelines.config import ApiSettings
 
     try:
         api = ApiSettings.resolve()

@@ -392,7 +392,7 @@ def test_unreachable_api_fails_cleanly_and_keeps_the_warehouse(
     assert _dump(db) == before
 
 
-def test_a_bad_warehouse_path_fails_before_the_sandbox_starts(tmp_path: Path) -> None:
+def test_bad_arguments_fail_before_the_sandbox_or_prefect_starts(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     proc = _cli("load", "--sandbox", "--duckdb", str(blocker / "w.duckdb"))
@@ -400,6 +400,17 @@ def test_a_bad_warehouse_path_fails_before_the_sandbox_starts(tmp_path: Path) ->
     assert proc.returncode == 2 and "Traceback" not in err
     assert f"cannot create the folder {blocker}" in err
     assert "sandbox" not in out + err  # it never started
+    proc = _cli("load", "--sandbox", "--base-url", "http://api.example/v2",
+                "--duckdb", str(tmp_path / "w.duckdb"))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and err.startswith("error: --sandbox loads from the local sandbox")
+    assert not (tmp_path / "w.duckdb").exists()
+    started = time.monotonic()
+    proc = _cli("run", "--duckdb", str(tmp_path))  # a folder: before Prefect and the sandbox
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in err
+    assert err.startswith(f"error: the warehouse path {tmp_path} is a folder")
+    assert time.monotonic() - started < 8 and "sandbox" not in out + err
 
 
 def test_webhooks_apply_without_an_inbox_creates_nothing(tmp_path: Path) -> None:
