@@ -21,7 +21,7 @@ from freetime_cli._common import (
     out,
     quiet_logging,
 )
-from pipelines.config import ApiSettings, ConfigError, resolve_duckdb_path
+from pipelines.config import ApiSettings, ConfigError, resolve_duckdb_path, resolve_rate_limit
 from pipelines.warehouse import WarehouseError
 
 if TYPE_CHECKING:  # dlt takes a second to import: only the command itself pays for it
@@ -47,7 +47,8 @@ def load(
     if sandbox and base_url:
         fail("--sandbox loads from the local sandbox; drop --base-url (or drop --sandbox)")
     try:
-        resolve_duckdb_path(duckdb)  # a bad path fails before the sandbox starts
+        resolve_duckdb_path(duckdb)  # a bad path or rate fails before the sandbox starts
+        rate_limit = resolve_rate_limit(rate_limit)
         with contextlib.ExitStack() as stack:
             if sandbox:
                 url, key = stack.enter_context(embedded_sandbox())

@@ -91,20 +91,26 @@ class ApiSettings:
             or _str_or_none(_dlt_value("sources.terminal49.base_url"))
             or DEFAULT_BASE_URL
         )
-        rate = rate_limit_per_minute
-        if rate is None:
-            env_rate = os.environ.get("TERMINAL49_RATE_LIMIT")
-            cfg_rate = _dlt_value("sources.terminal49.rate_limit_per_minute")
-            raw = env_rate if env_rate else cfg_rate
-            try:
-                rate = float(str(raw)) if raw not in (None, "") else DEFAULT_RATE_LIMIT_PER_MINUTE
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(
-                    f"rate limit must be a number of requests per minute: {raw!r}"
-                ) from exc
-        if rate <= 0:
-            raise ConfigError(f"rate limit must be positive, got {rate}")
+        rate = resolve_rate_limit(rate_limit_per_minute)
         return cls(base_url=_checked_url(url), api_key=key, rate_limit_per_minute=rate)
+
+
+def resolve_rate_limit(rate: float | None = None) -> float:
+    """Requests per minute: ``rate``, else env ``TERMINAL49_RATE_LIMIT``, else dlt config, else
+    the default. ConfigError when it is not a positive number."""
+    if rate is None:
+        env_rate = os.environ.get("TERMINAL49_RATE_LIMIT")
+        cfg_rate = _dlt_value("sources.terminal49.rate_limit_per_minute")
+        raw = env_rate if env_rate else cfg_rate
+        try:
+            rate = float(str(raw)) if raw not in (None, "") else DEFAULT_RATE_LIMIT_PER_MINUTE
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"rate limit must be a number of requests per minute: {raw!r}"
+            ) from exc
+    if rate <= 0:
+        raise ConfigError(f"rate limit must be positive, got {rate}")
+    return rate
 
 
 def _checked_url(url: str) -> str:

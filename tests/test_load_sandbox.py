@@ -405,6 +405,11 @@ def test_bad_arguments_fail_before_the_sandbox_or_prefect_starts(tmp_path: Path)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and err.startswith("error: --sandbox loads from the local sandbox")
     assert not (tmp_path / "w.duckdb").exists()
+    proc = _cli("load", "--sandbox", "--duckdb", str(tmp_path / "w.duckdb"),
+                env={"TERMINAL49_RATE_LIMIT": "fast"})
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "sandbox" not in out
+    assert err == "error: rate limit must be a number of requests per minute: 'fast'\n"
     started = time.monotonic()
     proc = _cli("run", "--duckdb", str(tmp_path))  # a folder: before Prefect and the sandbox
     out, err = proc.communicate(timeout=60)
