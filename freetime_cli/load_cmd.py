@@ -22,7 +22,7 @@ from freetime_cli._common import (
     quiet_logging,
 )
 from pipelines.config import ApiSettings, ConfigError, resolve_duckdb_path, resolve_rate_limit
-from pipelines.warehouse import WarehouseError
+from pipelines.warehouse import WarehouseError, check_usable
 
 if TYPE_CHECKING:  # dlt takes a second to import: only the command itself pays for it
     from pipelines.load import LoadSummary
@@ -47,7 +47,7 @@ def load(
     if sandbox and base_url:
         fail("--sandbox loads from the local sandbox; drop --base-url (or drop --sandbox)")
     try:
-        resolve_duckdb_path(duckdb)  # a bad path or rate fails before the sandbox starts
+        check_usable(resolve_duckdb_path(duckdb))  # a bad path or rate fails before the sandbox
         rate_limit = resolve_rate_limit(rate_limit)
         with contextlib.ExitStack() as stack:
             if sandbox:

@@ -73,6 +73,15 @@ def connect(
             time.sleep(poll_seconds)
 
 
+def check_usable(path: str | Path) -> None:
+    """Raise WarehouseUnusable if ``path`` exists and is not a DuckDB file (a missing file is
+    created by the first write; a file another process holds is fine: writers wait for it)."""
+    if not Path(path).exists():
+        return
+    with contextlib.suppress(WarehouseLocked):
+        connect(path, read_only=True, retry_seconds=0).close()
+
+
 @contextlib.contextmanager
 def reading(
     path: str | Path, *, retry_seconds: float = 30.0

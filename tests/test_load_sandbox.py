@@ -416,6 +416,13 @@ def test_bad_arguments_fail_before_the_sandbox_or_prefect_starts(tmp_path: Path)
     assert proc.returncode == 2 and "Traceback" not in err
     assert err.startswith(f"error: the warehouse path {tmp_path} is a folder")
     assert time.monotonic() - started < 8 and "sandbox" not in out + err
+    # a file that is not DuckDB: also refused before anything starts
+    for args in (["run"], ["load", "--sandbox"]):
+        proc = _cli(*args, "--duckdb", str(blocker))
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2 and "sandbox" not in out + err, err
+        assert err.startswith(f"error: cannot open the warehouse {blocker}: "), err
+        assert blocker.read_text() == "not a folder"
 
 
 def test_webhooks_apply_without_an_inbox_creates_nothing(tmp_path: Path) -> None:

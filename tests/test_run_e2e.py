@@ -74,16 +74,31 @@ def test_freetime_run_bad_input_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_freetime_run_on_a_file_that_is_not_a_warehouse(tmp_path: Path) -> None:
-    """A flow that fails in its first task ends with the message, and Prefect's queued logs
-    are sent before the temporary server stops (no "Error logging to API")."""
+def test_freetime_run_failing_in_its_first_task(tmp_path: Path) -> None:
+    """A flow that fails in its first task (the warehouse holds another account) ends with the
+    message, and Prefect's queued logs are sent before the temporary server stops (no "Error
+    logging to API"). A file that is not DuckDB is refused before anything starts."""
+    other = tmp_path / "other.duckdb"
+    with duckdb.connect(str(other)) as con:
+        con.execute("CREATE SCHEMA terminal49")
+        con.execute("CREATE TABLE terminal49.freetime_source (source VARCHAR, recorded_at "
+                    "TIMESTAMPTZ)")
+        con.execute("INSERT INTO terminal49.freetime_source VALUES "
+                    "('https://api.terminal49.com/v2', now())")
+    before = other.read_bytes()
+    result = _freetime(tmp_path, "run", "--duckdb", str(other), timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert (f"error: sync failed: the warehouse {other} holds data loaded from "
+            "https://api.terminal49.com/v2") in result.stderr
+    assert "Error logging to API" not in result.stderr and "Traceback" not in result.stderr
+    assert other.read_bytes() == before  # nothing written
+
     notes = tmp_path / "notes.duckdb"
     notes.write_text("not a database\n")
     result = _freetime(tmp_path, "run", "--duckdb", str(notes), timeout=120)
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert f"error: sync failed: cannot open the warehouse {notes}" in result.stderr
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.startswith(f"error: cannot open the warehouse {notes}")
     assert "not a valid DuckDB database file" in result.stderr
-    assert "Error logging to API" not in result.stderr and "Traceback" not in result.stderr
     assert notes.read_text() == "not a database\n"  # the user's file is left as it was
 
 
