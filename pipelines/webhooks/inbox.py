@@ -47,6 +47,8 @@ CREATE TABLE IF NOT EXISTS notifications (
 );
 CREATE INDEX IF NOT EXISTS notifications_pending
     ON notifications (created_at) WHERE applied_at IS NULL;
+CREATE INDEX IF NOT EXISTS notifications_unpruned
+    ON notifications (applied_at) WHERE length(body) > 0;
 """
 
 
@@ -260,6 +262,21 @@ class Inbox:
 
     def ids(self) -> set[str]:
         return {r[0] for r in self._con.execute("SELECT id FROM notifications").fetchall()}
+
+    def prune_bodies(self, applied_before: str) -> int:
+        """Empty the stored body of each notification applied before ``applied_before`` (an
+        ISO 8601 UTC instant, as ``applied_at`` is written); returns how many.
+
+        The rows stay, so a late redelivery is still recognised; the payload itself is in the
+        warehouse (``webhook_notifications.payload``) once applied. Freed pages are reused, so
+        the file stops growing at about the bodies of the kept days.
+        """
+        cur = self._con.execute(
+            "UPDATE notifications SET body = x'' "
+            "WHERE applied_at IS NOT NULL AND applied_at < ? AND length(body) > 0",
+            (applied_before,),
+        )
+        return cur.rowcount
 
     def counts(self) -> dict[str, int]:
         total, pending, deliveries = self._con.execute(
