@@ -126,9 +126,11 @@ def test_inbox_stores_each_id_once(tmp_path: Path) -> None:
         assert inbox.counts() == {"stored": 1, "pending": 1, "deliveries": 3}
 
 
-def test_applied_bodies_are_cleared_after_the_kept_days(paths: tuple[Path, Path]) -> None:
-    """The inbox keeps each notification's row (a late redelivery is still recognised) but not
-    its body once the payload is in the warehouse and the kept days are over."""
+def test_applied_notifications_leave_the_inbox_after_the_kept_days(
+    paths: tuple[Path, Path],
+) -> None:
+    """Once applied (the payload is in the warehouse) and the kept days are over, a notification
+    leaves the inbox; a redelivery after that is applied again and changes nothing."""
     duckdb_path, inbox_path = paths
     updated = (T49 / "webhooks" / "container.updated.json").read_bytes()
     arrival = (T49 / "webhooks" / "shipment.estimated.arrival.json").read_bytes()
@@ -136,22 +138,25 @@ def test_applied_bodies_are_cleared_after_the_kept_days(paths: tuple[Path, Path]
     with Inbox(inbox_path) as inbox:
         inbox.add_many([first, second])
         inbox.mark_applied([first.id], "2026-01-01T00:00:00+00:00")
-        assert inbox.prune_bodies("2026-02-01T00:00:00+00:00") == 1
-        assert inbox.prune_bodies("2026-02-01T00:00:00+00:00") == 0
-        cleared, pending = inbox.get(first.id), inbox.get(second.id)
-        assert cleared is not None and cleared.body == b""
-        assert pending is not None and pending.body == arrival  # not applied: kept whole
-        assert inbox.add(first) is False  # still known
-    summary = apply_inbox(duckdb_path, inbox_path)  # applies the second, keeps 7 days of bodies
+        assert inbox.prune("2026-02-01T00:00:00+00:00") == 1
+        assert inbox.prune("2026-02-01T00:00:00+00:00") == 0
+        assert inbox.get(first.id) is None
+        kept = inbox.get(second.id)
+        assert kept is not None and kept.body == arrival  # not applied: kept whole
+    summary = apply_inbox(duckdb_path, inbox_path)  # applies the second; 7 days are kept
     assert summary.notifications == 1 and summary.pruned == 0
-    payloads = rows(duckdb_path, "select id from terminal49.webhook_notifications")
-    assert (second.id,) in payloads
-    summary = apply_inbox(duckdb_path, inbox_path, keep_bodies_days=0)
+    before = rows(duckdb_path, "select * from terminal49.webhook_notifications order by id")
+    assert second.id in {r[0] for r in before}
+    summary = apply_inbox(duckdb_path, inbox_path, keep_days=0)
     assert summary.notifications == 0 and summary.pruned == 1
-    assert "1 old inbox bodies cleared" in summary.line()
+    assert "1 old ones removed from the inbox" in summary.line()
     with Inbox(inbox_path) as inbox:
-        got = inbox.get(second.id)
-        assert got is not None and got.body == b"" and got.applied_at is not None
+        assert inbox.counts()["stored"] == 0
+        assert inbox.add(second) is True  # a late redelivery: stored and applied again
+    summary = apply_inbox(duckdb_path, inbox_path)
+    assert summary.notifications == 1
+    after = rows(duckdb_path, "select * from terminal49.webhook_notifications order by id")
+    assert [r[0] for r in after] == [r[0] for r in before]  # the same notifications, once each
 
 
 def test_an_inbox_path_that_is_no_inbox_is_one_clear_line(tmp_path: Path) -> None:

@@ -179,13 +179,13 @@ class ApplySummary:
     reconciled: int = 0
     malformed: int = 0
     pending: int = 0
-    #: bodies emptied in the inbox (applied more than ``keep_bodies_days`` ago)
+    #: notifications deleted from the inbox (applied more than ``keep_days`` ago)
     pruned: int = 0
     seconds: float = 0.0
 
     def line(self) -> str:
         rows = ", ".join(f"{t} {n}" for t, n in sorted(self.rows.items()) if n)
-        pruned = f", {self.pruned} old inbox bodies cleared" if self.pruned else ""
+        pruned = f", {self.pruned} old ones removed from the inbox" if self.pruned else ""
         return (
             f"applied {self.notifications} notifications ({rows or 'no rows'}); "
             f"{self.refreshed} containers refreshed, {len(self.unresolved)} unresolved, "
@@ -532,9 +532,10 @@ def _fetch_notification(client: Terminal49Client, nid: str) -> dict[str, Any] | 
     return None
 
 
-#: Days an applied notification's body stays in the inbox (for a look at what came in) before
-#: :func:`apply_inbox` empties it; the warehouse keeps every payload.
-KEEP_BODIES_DAYS = 7.0
+#: Days an applied notification stays in the inbox (a redelivery within them is recognised as
+#: one; its body can be looked at) before :func:`apply_inbox` deletes it. The warehouse keeps
+#: every payload.
+KEEP_APPLIED_DAYS = 7.0
 
 
 def apply_inbox(
@@ -547,15 +548,15 @@ def apply_inbox(
     batch_size: int = BATCH_NOTIFICATIONS,
     stamp: Stamp = "created_at",
     lock_retry_seconds: float = 30.0,
-    keep_bodies_days: float = KEEP_BODIES_DAYS,
+    keep_days: float = KEEP_APPLIED_DAYS,
 ) -> ApplySummary:
     """Apply every pending inbox notification to the warehouse; see the module docstring.
 
     ``client`` (optional) refreshes containers the payloads do not carry and, with
     ``reconcile=True``, first pulls notifications the receiver never got from
-    ``GET /webhook_notifications``. Afterwards the inbox bodies of notifications applied more
-    than ``keep_bodies_days`` ago are emptied (:meth:`Inbox.prune_bodies`: their payloads are in
-    the warehouse). Raises LoadFailed, WarehouseLocked, Terminal49Error.
+    ``GET /webhook_notifications``. Afterwards the notifications applied more than ``keep_days``
+    ago leave the inbox (:meth:`Inbox.prune`: their payloads are in the warehouse). Raises
+    LoadFailed, WarehouseLocked, Terminal49Error.
     """
     started = time.monotonic()
     path = resolve_duckdb_path(duckdb_path)
@@ -574,8 +575,8 @@ def apply_inbox(
             _apply_rows(rows, inbox, path, client, stamp, lock_retry_seconds, summary)
             done.update(r.id for r in rows)
         summary.pending = inbox.counts()["pending"]
-        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=keep_bodies_days)
-        summary.pruned = inbox.prune_bodies(cutoff.isoformat(timespec="microseconds"))
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=keep_days)
+        summary.pruned = inbox.prune(cutoff.isoformat(timespec="microseconds"))
     summary.seconds = time.monotonic() - started
     return summary
 

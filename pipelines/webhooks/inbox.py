@@ -47,8 +47,8 @@ CREATE TABLE IF NOT EXISTS notifications (
 );
 CREATE INDEX IF NOT EXISTS notifications_pending
     ON notifications (created_at) WHERE applied_at IS NULL;
-CREATE INDEX IF NOT EXISTS notifications_unpruned
-    ON notifications (applied_at) WHERE length(body) > 0;
+CREATE INDEX IF NOT EXISTS notifications_applied
+    ON notifications (applied_at) WHERE applied_at IS NOT NULL;
 """
 
 
@@ -263,17 +263,17 @@ class Inbox:
     def ids(self) -> set[str]:
         return {r[0] for r in self._con.execute("SELECT id FROM notifications").fetchall()}
 
-    def prune_bodies(self, applied_before: str) -> int:
-        """Empty the stored body of each notification applied before ``applied_before`` (an
-        ISO 8601 UTC instant, as ``applied_at`` is written); returns how many.
+    def prune(self, applied_before: str) -> int:
+        """Delete the notifications applied before ``applied_before`` (an ISO 8601 UTC instant,
+        as ``applied_at`` is written); returns how many.
 
-        The rows stay, so a late redelivery is still recognised; the payload itself is in the
-        warehouse (``webhook_notifications.payload``) once applied. Freed pages are reused, so
-        the file stops growing at about the bodies of the kept days.
+        Their payloads are in the warehouse (``webhook_notifications.payload``). A redelivery of
+        one of them after this is stored and applied again, which changes nothing: every table
+        merges on its key and an older notification never overwrites a newer row. Freed pages
+        are reused, so the file stops growing at about the kept days' deliveries.
         """
         cur = self._con.execute(
-            "UPDATE notifications SET body = x'' "
-            "WHERE applied_at IS NOT NULL AND applied_at < ? AND length(body) > 0",
+            "DELETE FROM notifications WHERE applied_at IS NOT NULL AND applied_at < ?",
             (applied_before,),
         )
         return cur.rowcount
