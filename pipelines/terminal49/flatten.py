@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -91,38 +91,43 @@ def _one_value(v: Any, kind: pa.DataType) -> Any:
 def _values_one_by_one(name: str, values: list[Any], kind: pa.DataType) -> dict[str, pa.Array]:
     """The column value by value: what reads as ``kind`` lands typed; any other value is kept
     as text in ``<name>__raw`` (NULL in the typed column) rather than lost or truncated."""
+    return _one_by_one(name, values, kind, lambda v: _one_value(v, kind), _json_text)
+
+
+def _one_by_one(
+    name: str,
+    values: list[Any],
+    kind: pa.DataType,
+    read: Callable[[Any], Any],
+    as_text: Callable[[Any], str | None],
+) -> dict[str, pa.Array]:
+    """``read`` each value (ValueError: it cannot be); the column, plus ``<name>__raw`` with
+    ``as_text`` of the values that could not be read when there are any."""
     typed: list[Any] = []
     raw: list[str | None] = []
     for v in values:
         try:
-            typed.append(_one_value(v, kind))
+            typed.append(read(v))
             raw.append(None)
         except ValueError:
             typed.append(None)
-            raw.append(_json_text(v))
+            raw.append(as_text(v))
     cols = {name: pa.array(typed, kind)}
     if any(r is not None for r in raw):
         cols[f"{name}__raw"] = pa.array(raw, pa.string())
     return cols
 
 
+def _instant(v: Any) -> dt.datetime | None:
+    """An ISO 8601 instant with its offset (ValueError otherwise); empty stays NULL."""
+    ts = dt.datetime.fromisoformat(str(v).replace("Z", "+00:00")) if v else None
+    if ts is not None and ts.tzinfo is None:
+        raise ValueError("no zone")
+    return ts
+
+
 def _timestamps_one_by_one(name: str, values: list[Any], kind: pa.DataType) -> dict[str, pa.Array]:
-    parsed: list[dt.datetime | None] = []
-    raw: list[str | None] = []
-    for v in values:
-        try:
-            ts = dt.datetime.fromisoformat(str(v).replace("Z", "+00:00")) if v else None
-            if ts is not None and ts.tzinfo is None:
-                raise ValueError("no zone")
-            parsed.append(ts)
-            raw.append(None)
-        except ValueError:
-            parsed.append(None)
-            raw.append(None if v is None else str(v))
-    cols = {name: pa.array(parsed, kind)}
-    if any(r is not None for r in raw):
-        cols[f"{name}__raw"] = pa.array(raw, pa.string())
-    return cols
+    return _one_by_one(name, values, kind, _instant, lambda v: None if v is None else str(v))
 
 
 def _infer_array(values: list[Any]) -> pa.Array | None:
@@ -146,20 +151,20 @@ def _wire_type(kind: pa.DataType | str) -> pa.DataType:
 #: The one-conversion path of :func:`_known_columns` (tests turn it off to compare both paths).
 FAST_PATH = True
 
-_STRUCTS: dict[int, tuple[Mapping[str, pa.DataType | str], pa.StructType]] = {}
+_WIRES: dict[int, tuple[Mapping[str, pa.DataType | str], pa.StructType, list[str]]] = {}
 
 
-def _struct_of(known: Mapping[str, pa.DataType | str]) -> pa.StructType:
-    """The struct type the non-JSON columns of ``known`` arrive as (cached per mapping)."""
-    cached = _STRUCTS.get(id(known))
+def _wire_of(known: Mapping[str, pa.DataType | str]) -> tuple[pa.StructType, list[str]]:
+    """The struct type the non-JSON columns of ``known`` arrive as, and the integer columns
+    among them (cached per mapping: every page asks)."""
+    cached = _WIRES.get(id(known))
     if cached is None or cached[0] is not known:
         fields = [(n, _wire_type(k)) for n, k in known.items() if k != settings.JSON]
-        cached = _STRUCTS[id(known)] = (known, pa.struct(fields))
-    return cached[1]
-
-
-def _integer_columns(known: Mapping[str, pa.DataType | str]) -> list[str]:
-    return [n for n, k in known.items() if isinstance(k, pa.DataType) and pa.types.is_integer(k)]
+        integers = [
+            n for n, k in known.items() if isinstance(k, pa.DataType) and pa.types.is_integer(k)
+        ]
+        cached = _WIRES[id(known)] = (known, pa.struct(fields), integers)
+    return cached[1], cached[2]
 
 
 def _known_columns(
@@ -173,11 +178,10 @@ def _known_columns(
     text, ``__raw`` columns) decide what lands. Both paths give the same table.
     """
     struct = None
-    if FAST_PATH and not any(
-        _fractional(a.get(n) for a in attrs) for n in _integer_columns(known)
-    ):
+    wire, integers = _wire_of(known)
+    if FAST_PATH and not any(_fractional(a.get(n) for a in attrs) for n in integers):
         with contextlib.suppress(*_UNCONVERTIBLE):
-            struct = pa.array(attrs, _struct_of(known))
+            struct = pa.array(attrs, wire)
     cols: dict[str, pa.Array] = {}
     children = iter(struct.flatten()) if struct is not None else None
     for name, kind in known.items():
