@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.terminal49 import settings
+from pipelines.terminal49._idset import IdSet
 from pipelines.terminal49.client import Terminal49Client
 from pipelines.terminal49.pages import Claims, ParsedPage, parse_page
 
@@ -35,7 +36,7 @@ class ScanStats:
     distinct: int = 0
     total: int = 0
     reconcile_pages: int = 0
-    seen: set[str] = field(default_factory=set, repr=False)
+    seen: IdSet = field(default_factory=IdSet, repr=False)
 
 
 ProgressCallback = Callable[[ScanStats], None]
