@@ -39,3 +39,9 @@ def test_digests_sharing_their_first_64_bits_stay_apart(monkeypatch: pytest.Monk
     assert len(ids_set) == 4
     ids_set.update(["d", "e"])
     assert len(ids_set) == 5
+
+
+def test_any_string_counts_even_a_lone_surrogate() -> None:
+    ids_set = IdSet()
+    ids_set.update(["c\ud800", "c\ud800", "c"])  # not encodable as strict UTF-8
+    assert len(ids_set) == 2

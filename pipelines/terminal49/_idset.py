@@ -24,7 +24,8 @@ MERGE_AT = 1 << 16
 
 
 def _digest(record_id: str) -> bytes:
-    return blake2b(record_id.encode(), digest_size=16).digest()
+    # surrogatepass: any str hashes (an id with a lone surrogate must not fail the scan)
+    return blake2b(record_id.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def _halves(digests: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
