@@ -162,3 +162,38 @@ def test_new_attribute_becomes_a_column_and_holds_follow_upstream(loopback, tmp_
     run_load(db, api)
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM terminal49.container_holds").fetchall() == [(0,)]
+
+
+def test_odd_fee_values_keep_the_load_and_the_column_types(loopback, tmp_path: Path) -> None:
+    """An amount sent as text is parsed, a value that is no amount lands in ``amount__raw``;
+    neither fails the load (an amount of "12.50" once turned the column into JSON text, and the
+    load failed on it)."""
+    container = reference_json("responses/container-with-shipment.json")
+    shipment = reference_json("responses/shipment-with-containers.json")
+    doc = copy.deepcopy(container)
+    attrs = doc["data"]["attributes"]
+    attrs["fees_at_pod_terminal"] = [{"type": "demurrage", "amount": 100.0, "currency_code": "USD"}]
+    server = loopback(_serve(doc, shipment))
+    db = tmp_path / "w.duckdb"
+    api = ApiSettings(base_url=server.base_url, api_key=KEY)
+    run_load(db, api)
+
+    attrs["fees_at_pod_terminal"] = [
+        {"type": "demurrage", "amount": "12.50", "currency_code": "USD"},
+        {"type": "exam", "amount": "n/a", "currency_code": 840},
+        {"type": "total", "amount": 30, "currency_code": "USD"},
+    ]
+    run_load(db, api)
+    with duckdb.connect(str(db), read_only=True) as con:
+        cols = _columns(con, "container_fees")
+        assert cols["amount"] == "DOUBLE"
+        assert cols["currency_code"] == "VARCHAR"
+        rows = con.execute(
+            "SELECT type, amount, amount__raw, currency_code, currency_code__raw "
+            "FROM terminal49.container_fees ORDER BY position"
+        ).fetchall()
+    assert rows == [
+        ("demurrage", 12.5, None, "USD", None),
+        ("exam", None, '"n/a"', None, "840"),
+        ("total", 30.0, None, "USD", None),
+    ]

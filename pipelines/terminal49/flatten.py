@@ -297,20 +297,19 @@ def _child_table(
             for c in columns:
                 rows[c].append(None)
             rows["_deleted"].append(True)
-    fields = [
-        pa.field("container_id", pa.string(), nullable=False),
-        pa.field("position", pa.int64(), nullable=False),
-        *[pa.field(c, types.get(c, pa.string())) for c in columns],
-        pa.field("_deleted", pa.bool_()),
-    ]
-    arrays = []
-    for i, f in enumerate(fields):
-        try:
-            arrays.append(pa.array(rows[f.name], f.type))
-        except _UNCONVERTIBLE:
-            arrays.append(pa.array([_json_text(v) for v in rows[f.name]], pa.string()))
-            fields[i] = f.with_type(pa.string())
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+    cols: dict[str, pa.Array] = {
+        "container_id": pa.array(rows["container_id"], pa.string()),
+        "position": pa.array(rows["position"], pa.int64()),
+    }
+    # As for the parent tables: a number sent as text is parsed, and any other odd value lands
+    # as text in <column>__raw, so the column keeps its type on every page (an amount of "12.50"
+    # once turned the page's column into JSON text, which failed the whole load).
+    for c in columns:
+        cols.update(_typed_array(c, rows[c], types.get(c, pa.string())))
+    cols["_deleted"] = pa.array(rows["_deleted"], pa.bool_())
+    fields = [pa.field(k, v.type, nullable=k not in ("container_id", "position"))
+              for k, v in cols.items()]
+    return pa.Table.from_arrays(list(cols.values()), schema=pa.schema(fields))
 
 
 def holds_table(records: Sequence[Resource]) -> pa.Table:
