@@ -20,6 +20,7 @@ from typing import Any
 
 import dlt
 import httpx
+import pyarrow as pa
 from dlt.common.storages import LoadStorage
 from dlt.destinations.impl.duckdb.configuration import DuckDbCredentials
 from dlt.pipeline.exceptions import PipelineStepFailed
@@ -30,6 +31,7 @@ from pipelines.terminal49 import settings as t49
 from pipelines.terminal49 import terminal49_source
 from pipelines.terminal49.client import Terminal49Client, Terminal49Error
 from pipelines.terminal49.docs import apply_comments
+from pipelines.terminal49.flatten import ColumnTypes
 from pipelines.terminal49.scan import ScanIncomplete, ScanStats
 from pipelines.warehouse import WarehouseLocked, reading, table_names, writing
 
@@ -237,7 +239,12 @@ def write_source(
     nothing is written unless extraction finished (a failed extraction is aborted, never loaded
     later); a reader holding the file is waited for ``lock_retry_seconds`` and then reported as
     :class:`WarehouseLocked`; any other failure is :class:`LoadFailed` with a user-safe message.
+
+    Every Arrow page is conformed to the types its table's columns already have (see
+    :class:`pipelines.terminal49.flatten.ColumnTypes`), so a value of another type lands in
+    ``<column>__raw`` instead of failing this load and every later one.
     """
+    conform_pages(source, warehouse_column_types(path, lock_retry_seconds))
     started = time.monotonic()
     try:
         pipeline.extract(source)
@@ -260,6 +267,36 @@ def write_source(
         load_id=info.loads_ids[-1] if info.loads_ids else None,
         extract_seconds=extract_seconds,
     )
+
+
+def warehouse_column_types(path: Path, lock_retry_seconds: float = 30.0) -> ColumnTypes:
+    """The column types dataset ``terminal49`` has in the warehouse (none for a new file)."""
+    if not path.exists():
+        return ColumnTypes()
+    with reading(path, retry_seconds=lock_retry_seconds) as con:
+        rows = con.execute(
+            "SELECT table_name, column_name, data_type FROM duckdb_columns() "
+            "WHERE schema_name = ?",
+            [DATASET],
+        ).fetchall()
+    return ColumnTypes.from_duckdb(rows)
+
+
+def conform_pages(source: Any, types: ColumnTypes) -> None:
+    """Conform every Arrow table the source's resources yield (other items pass unchanged)."""
+    for resource in source.resources.values():
+        if isinstance(resource.table_name, str):
+            resource.add_map(_conformer(types, resource.table_name))
+
+
+def _conformer(types: ColumnTypes, table: str) -> Callable[[Any], Any]:
+    # one parameter only: dlt passes a second argument (the item's meta) to a map that takes two
+    def conform(item: Any) -> Any:
+        if isinstance(item, list):  # a resource may yield its pages as one list
+            return [conform(i) for i in item]
+        return types.conform(table, item) if isinstance(item, pa.Table) else item
+
+    return conform
 
 
 def _drop_loaded_packages(pipeline: dlt.Pipeline) -> None:

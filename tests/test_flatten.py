@@ -115,3 +115,35 @@ def test_numbers_an_integer_column_cannot_hold_land_as_text(monkeypatch) -> None
     assert huge["brand_new_count"] == str(2**63)
     assert whole["equipment_length"] == 40
     assert "equipment_length__raw" not in whole
+
+
+def test_pages_are_conformed_to_the_types_their_columns_already_have() -> None:
+    """A column keeps the type the warehouse (or this load's first page) gave it; a value that
+    does not read as that type lands in ``<column>__raw`` (merged with any raw value there)."""
+    types = flatten.ColumnTypes.from_duckdb([
+        ("containers", "gate_code", "BIGINT"),
+        ("containers", "berth", "VARCHAR"),
+        ("containers", "ratio", "DOUBLE"),
+        ("containers", "odd", "STRUCT(a INTEGER)"),  # a type it does not map: left alone
+    ])
+    page = pa.table({
+        "id": ["a", "b", "c"],
+        "gate_code": ["12", "A7", None],  # text now: numbers read, the rest kept raw
+        "gate_code__raw": [None, None, "kept"],
+        "berth": [7, 8, None],  # numbers where text is stored
+        "ratio": [1, 2, 3],  # integers where doubles are stored
+        "new_flag": [True, None, False],  # new: its type is remembered
+    })
+    out = types.conform("containers", page).to_pydict()
+    assert out["gate_code"] == [12, None, None]
+    assert out["gate_code__raw"] == [None, '"A7"', "kept"]
+    assert out["berth"] == ["7", "8", None]
+    assert out["ratio"] == [1.0, 2.0, 3.0]
+    assert out["new_flag"] == [True, None, False]
+
+    later = types.conform("containers", pa.table({"id": ["d"], "new_flag": ["maybe"]}))
+    assert later.schema.field("new_flag").type == pa.bool_()
+    assert later.to_pydict() == {"id": ["d"], "new_flag": [None], "new_flag__raw": ['"maybe"']}
+    same = pa.table({"id": ["e"], "gate_code": pa.array([5], pa.int64())})
+    assert types.conform("containers", same) is not None
+    assert types.conform("containers", same).equals(same)  # the usual page: unchanged

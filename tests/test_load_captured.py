@@ -197,3 +197,29 @@ def test_odd_fee_values_keep_the_load_and_the_column_types(loopback, tmp_path: P
         ("exam", None, '"n/a"', None, "840"),
         ("total", 30.0, None, "USD", None),
     ]
+
+
+def test_a_new_attribute_that_changes_type_keeps_loading(loopback, tmp_path: Path) -> None:
+    """A new attribute typed BIGINT by its first values, then sent as text: the next load
+    completes, the text lands in ``<column>__raw`` (it once failed that load and every later
+    one: DuckDB cannot store "A7" in a BIGINT column)."""
+    container = reference_json("responses/container-with-shipment.json")
+    shipment = reference_json("responses/shipment-with-containers.json")
+    doc = copy.deepcopy(container)
+    attrs = doc["data"]["attributes"]
+    attrs["gate_code"] = 12
+    server = loopback(_serve(doc, shipment))
+    db = tmp_path / "w.duckdb"
+    api = ApiSettings(base_url=server.base_url, api_key=KEY)
+    run_load(db, api)
+    attrs["gate_code"] = "A7"
+    run_load(db, api)
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert _columns(con, "containers")["gate_code"] == "BIGINT"
+        rows = con.execute("SELECT gate_code, gate_code__raw FROM terminal49.containers").fetchall()
+    assert rows == [(None, '"A7"')]
+    attrs["gate_code"] = "13"  # a number sent as text reads as one
+    run_load(db, api)
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute("SELECT gate_code, gate_code__raw FROM terminal49.containers").fetchall()
+    assert rows == [(13, None)]

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines.terminal49 import settings
 
@@ -350,6 +351,77 @@ def terminals_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.
 def ports_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
     """Ports and metro areas from ``included``."""
     return _table(records, _attribute_columns(records, settings.PORT_ATTRIBUTES), fetched_at)
+
+
+#: DuckDB column types the warehouse may hold, as the Arrow types a page's columns arrive in.
+DUCKDB_TYPES: dict[str, pa.DataType] = {
+    "BIGINT": pa.int64(),
+    "DOUBLE": pa.float64(),
+    "BOOLEAN": pa.bool_(),
+    "VARCHAR": pa.string(),
+    "JSON": pa.string(),
+    "TIMESTAMP WITH TIME ZONE": settings.TS,
+}
+
+
+class ColumnTypes:
+    """The type each column of each table already has: in the warehouse, or from the first page
+    of this load that carried it. :meth:`conform` makes every later page agree.
+
+    Undeclared attributes are typed by their values, so a new attribute that arrives as 12 and
+    later as "A7" would give a BIGINT column and then a page it cannot store: the load would
+    fail on every run from then on. Conformed, "A7" lands in ``<column>__raw`` instead.
+    """
+
+    def __init__(self, known: Mapping[str, Mapping[str, pa.DataType]] | None = None) -> None:
+        self._types = {table: dict(cols) for table, cols in (known or {}).items()}
+
+    @classmethod
+    def from_duckdb(cls, rows: Iterable[tuple[str, str, str]]) -> ColumnTypes:
+        """From ``(table_name, column_name, data_type)`` rows of ``duckdb_columns()``."""
+        known: dict[str, dict[str, pa.DataType]] = {}
+        for table, column, duck in rows:
+            if duck in DUCKDB_TYPES:
+                known.setdefault(table, {})[column] = DUCKDB_TYPES[duck]
+        return cls(known)
+
+    def conform(self, table_name: str, page: pa.Table) -> pa.Table:
+        """``page`` with each column in the type the table already has for it (values that do
+        not read as that type go to ``<column>__raw``); columns seen first are remembered."""
+        types = self._types.setdefault(table_name, {})
+        for name in list(page.column_names):
+            column = page.column(name)
+            kind = types.get(name)
+            if kind is None:
+                if not pa.types.is_null(column.type):
+                    types[name] = column.type
+                continue
+            if column.type == kind:
+                continue
+            page = _replace_column(page, name, _conformed(name, column, kind))
+        return page
+
+
+def _conformed(name: str, column: pa.ChunkedArray, kind: pa.DataType) -> dict[str, pa.Array]:
+    if pa.types.is_null(column.type):
+        return {name: pa.nulls(len(column), kind)}
+    if pa.types.is_string(kind) and not pa.types.is_nested(column.type):
+        with contextlib.suppress(*_UNCONVERTIBLE):  # numbers and booleans read as text
+            return {name: column.cast(kind).combine_chunks()}
+    return _typed_array(name, column.to_pylist(), kind)
+
+
+def _replace_column(page: pa.Table, name: str, cols: dict[str, pa.Array]) -> pa.Table:
+    """``page`` with column ``name`` replaced, and its ``__raw`` values added to any there."""
+    page = page.set_column(page.schema.get_field_index(name), name, cols[name])
+    raw = cols.get(f"{name}__raw")
+    if raw is None:
+        return page
+    at = page.schema.get_field_index(f"{name}__raw")
+    if at < 0:
+        return page.append_column(f"{name}__raw", raw)
+    merged = pc.coalesce(page.column(at).cast(pa.string()), raw)
+    return page.set_column(at, f"{name}__raw", merged)
 
 
 def of_types(
