@@ -223,3 +223,28 @@ def test_a_new_attribute_that_changes_type_keeps_loading(loopback, tmp_path: Pat
     with duckdb.connect(str(db), read_only=True) as con:
         rows = con.execute("SELECT gate_code, gate_code__raw FROM terminal49.containers").fetchall()
     assert rows == [(13, None)]
+
+
+def test_attributes_whose_names_collide_after_normalisation_keep_loading(
+    loopback, tmp_path: Path
+) -> None:
+    """"Number" would become a second ``number`` column once dlt normalises it, and dlt fails the
+    whole load on that; an attribute named like a derived column would overwrite it. Both get
+    the ``attr_`` prefix instead, whatever order the API sends them in."""
+    container = reference_json("responses/container-with-shipment.json")
+    shipment = reference_json("responses/shipment-with-containers.json")
+    doc = copy.deepcopy(container)
+    attrs = doc["data"]["attributes"]
+    attrs["Number"] = "shadow"
+    attrs["pod_terminal_id"] = "not-the-relationship"
+    attrs["gateCode"] = 1
+    attrs["gate_code"] = 2
+    server = loopback(_serve(doc, shipment))
+    db = tmp_path / "w.duckdb"
+    run_load(db, ApiSettings(base_url=server.base_url, api_key=KEY))
+    with duckdb.connect(str(db), read_only=True) as con:
+        row = con.execute(
+            "SELECT number, attr_number, pod_terminal_id, attr_pod_terminal_id, gate_code, "
+            "attr_gate_code FROM terminal49.containers"
+        ).fetchall()
+    assert row == [("RMCU74210c6", "shadow", "terminal-1", "not-the-relationship", 2, 1)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+from dlt.common.normalizers.naming import snake_case
 
 from pipelines.terminal49 import settings
 
@@ -205,7 +207,10 @@ def _attribute_columns(
     records: Sequence[Resource],
     known: Mapping[str, pa.DataType | str],
     skip: Iterable[str] = (),
+    derived: Iterable[str] = (),
 ) -> dict[str, pa.Array]:
+    """The declared attributes, then the others. ``derived``: the columns the caller adds to
+    the table (relationship ids and the like), which an undeclared attribute must not take."""
     attrs = [r.get("attributes") or {} for r in records]
     cols = _known_columns(attrs, known)
     handled = set(known) | set(skip)
@@ -216,12 +221,41 @@ def _attribute_columns(
         for key in a:
             if key not in handled:
                 extra[key] = None
-    for key in extra:
-        arr = _infer_array([a.get(key) for a in attrs])
+    arrays = {key: _infer_array([a.get(key) for a in attrs]) for key in extra}
+    names = _column_names(
+        [k for k, arr in arrays.items() if arr is not None], [*handled, *derived, *cols]
+    )
+    for key, arr in arrays.items():
         if arr is not None:
-            col = settings.RESERVED_PREFIX + key if key in _RESERVED else key
-            cols[col] = arr
+            cols[names[key]] = arr
     return cols
+
+
+_NAMING = snake_case.NamingConvention()
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalized(name: str) -> str:
+    """The column name dlt makes of ``name`` (its default naming: snake_case, lower case)."""
+    return _NAMING.normalize_identifier(name)
+
+
+def _column_names(keys: Sequence[str], taken: Iterable[str]) -> dict[str, str]:
+    """A column name for each undeclared attribute that no other column has once dlt has
+    normalised it: "Number" would become a second ``number``, and dlt fails the whole load on
+    such a collision. Such an attribute gets the ``attr_`` prefix (and a number if needed), as
+    ``id`` and ``type`` always do; attributes already in dlt's form keep their names first, so
+    the names do not depend on the order the API sends them in."""
+    used = {_normalized(n) for n in (*taken, *_RESERVED)}
+    out: dict[str, str] = {}
+    for key in sorted(keys, key=lambda k: (_normalized(k) != k, k)):
+        name, tries = key, 0
+        while _normalized(name) in used:
+            tries += 1
+            name = settings.RESERVED_PREFIX + key + (f"_{tries}" if tries > 1 else "")
+        used.add(_normalized(name))
+        out[key] = name
+    return out
 
 
 def _relationship_ids(records: Sequence[Resource], names: Iterable[str]) -> dict[str, pa.Array]:
@@ -256,6 +290,11 @@ def containers_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa
         records,
         settings.CONTAINER_ATTRIBUTES,
         skip=("import_deadlines", *settings.CONTAINER_CHILD_ARRAYS),
+        derived=(
+            *settings.IMPORT_DEADLINES,
+            *(f"{a}_known" for a in settings.CONTAINER_CHILD_ARRAYS),
+            *(f"{r}_id" for r in settings.CONTAINER_RELATIONSHIPS),
+        ),
     )
     deadlines = [(r.get("attributes") or {}).get("import_deadlines") or {} for r in records]
     for name in settings.IMPORT_DEADLINES:
@@ -327,8 +366,12 @@ def fees_table(records: Sequence[Resource]) -> pa.Table:
 
 def shipments_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
     """One row per shipment: attributes and relationship ids (``<relationship>_id``)."""
-    cols = _attribute_columns(records, settings.SHIPMENT_ATTRIBUTES)
-    cols.update(_relationship_ids(records, settings.SHIPMENT_RELATIONSHIPS))
+    rels = settings.SHIPMENT_RELATIONSHIPS
+    cols = _attribute_columns(
+        records, settings.SHIPMENT_ATTRIBUTES,
+        derived=(*(f"{r}_id" for r in rels), "destination_type"),
+    )
+    cols.update(_relationship_ids(records, rels))
     cols["destination_type"] = pa.array(
         [
             (((r.get("relationships") or {}).get("destination") or {}).get("data") or {}).get(
@@ -343,8 +386,11 @@ def shipments_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.
 
 def terminals_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
     """Terminals and rail terminals from ``included``, with their port id."""
-    cols = _attribute_columns(records, settings.TERMINAL_ATTRIBUTES)
-    cols.update(_relationship_ids(records, settings.TERMINAL_RELATIONSHIPS))
+    rels = settings.TERMINAL_RELATIONSHIPS
+    cols = _attribute_columns(
+        records, settings.TERMINAL_ATTRIBUTES, derived=[f"{r}_id" for r in rels]
+    )
+    cols.update(_relationship_ids(records, rels))
     return _table(records, cols, fetched_at)
 
 
