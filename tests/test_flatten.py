@@ -147,3 +147,20 @@ def test_pages_are_conformed_to_the_types_their_columns_already_have() -> None:
     same = pa.table({"id": ["e"], "gate_code": pa.array([5], pa.int64())})
     assert types.conform("containers", same) is not None
     assert types.conform("containers", same).equals(same)  # the usual page: unchanged
+
+
+def test_fields_the_api_adds_to_holds_and_fees_land_as_columns() -> None:
+    records = [
+        {"id": "c1", "attributes": {"holds_at_pod_terminal": [
+            {"name": "customs", "status": "hold", "placed_at": "2026-01-02T03:04:05Z",
+             "type": "x"},
+            {"name": "freight", "status": "pending"},
+        ]}},
+        {"id": "c2", "attributes": {"holds_at_pod_terminal": []}},
+    ]
+    rows = flatten.holds_table(records).to_pylist()
+    assert [(r["container_id"], r["position"], r["_deleted"]) for r in rows] == [
+        ("c1", 0, False), ("c1", 1, False), ("c2", -1, True)]
+    assert [r["placed_at"] for r in rows] == ["2026-01-02T03:04:05Z", None, None]
+    assert [r["attr_type"] for r in rows] == ["x", None, None]  # "type" is a reserved name
+    assert [r["name"] for r in rows] == ["customs", "freight", None]

@@ -248,3 +248,22 @@ def test_attributes_whose_names_collide_after_normalisation_keep_loading(
             "attr_gate_code FROM terminal49.containers"
         ).fetchall()
     assert row == [("RMCU74210c6", "shadow", "terminal-1", "not-the-relationship", 2, 1)]
+
+
+def test_a_field_the_api_adds_to_fees_lands_as_a_column(loopback, tmp_path: Path) -> None:
+    container = reference_json("responses/container-with-shipment.json")
+    shipment = reference_json("responses/shipment-with-containers.json")
+    doc = copy.deepcopy(container)
+    doc["data"]["attributes"]["fees_at_pod_terminal"] = [
+        {"type": "demurrage", "amount": 150.0, "currency_code": "USD", "waived": True},
+        {"type": "total", "amount": 150.0, "currency_code": "USD"},
+    ]
+    server = loopback(_serve(doc, shipment))
+    db = tmp_path / "w.duckdb"
+    run_load(db, ApiSettings(base_url=server.base_url, api_key=KEY))
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert _columns(con, "container_fees")["waived"] == "BOOLEAN"
+        rows = con.execute(
+            "SELECT type, waived FROM terminal49.container_fees ORDER BY position"
+        ).fetchall()
+    assert rows == [("demurrage", True), ("total", None)]

@@ -320,33 +320,37 @@ def _child_table(
     (``_deleted`` true, position -1) so that the merge, which replaces all rows of every
     container it sees, removes its previous rows: a hold that clears upstream disappears here.
     """
-    rows: dict[str, list[Any]] = {c: [] for c in ("container_id", "position", *columns, "_deleted")}
+    owners: list[str] = []
+    positions: list[int] = []
+    kept: list[Mapping[str, Any]] = []  # the items, and {} for a tombstone
     for r in records:
         items = [
             i for i in (r.get("attributes") or {}).get(array_name) or [] if isinstance(i, dict)
         ]
-        for position, item in enumerate(items):
-            rows["container_id"].append(str(r["id"]))
-            rows["position"].append(position)
-            for c in columns:
-                rows[c].append(item.get(c))
-            rows["_deleted"].append(False)
-        if not items:
-            rows["container_id"].append(str(r["id"]))
-            rows["position"].append(-1)
-            for c in columns:
-                rows[c].append(None)
-            rows["_deleted"].append(True)
+        for position, item in enumerate(items or [{}]):
+            owners.append(str(r["id"]))
+            positions.append(position if items else -1)
+            kept.append(item)
     cols: dict[str, pa.Array] = {
-        "container_id": pa.array(rows["container_id"], pa.string()),
-        "position": pa.array(rows["position"], pa.int64()),
+        "container_id": pa.array(owners, pa.string()),
+        "position": pa.array(positions, pa.int64()),
     }
     # As for the parent tables: a number sent as text is parsed, and any other odd value lands
     # as text in <column>__raw, so the column keeps its type on every page (an amount of "12.50"
     # once turned the page's column into JSON text, which failed the whole load).
     for c in columns:
-        cols.update(_typed_array(c, rows[c], types.get(c, pa.string())))
-    cols["_deleted"] = pa.array(rows["_deleted"], pa.bool_())
+        cols.update(_typed_array(c, [i.get(c) for i in kept], types.get(c, pa.string())))
+    # a field the API adds to the items lands as a column too, typed by its values
+    extra = {k: None for i in kept for k in i if k not in columns}
+    if extra:
+        arrays = {k: _infer_array([i.get(k) for i in kept]) for k in extra}
+        names = _column_names(
+            [k for k, arr in arrays.items() if arr is not None], [*cols, *columns, "_deleted"]
+        )
+        for k, arr in arrays.items():
+            if arr is not None:
+                cols[names[k]] = arr
+    cols["_deleted"] = pa.array([p < 0 for p in positions], pa.bool_())
     fields = [pa.field(k, v.type, nullable=k not in ("container_id", "position"))
               for k, v in cols.items()]
     return pa.Table.from_arrays(list(cols.values()), schema=pa.schema(fields))
