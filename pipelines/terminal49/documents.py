@@ -86,7 +86,10 @@ DOCUMENT_TABLE_HINTS: dict[str, dict[str, Any]] = {
 
 def documents_table(records: Sequence[flatten.Resource], fetched_at: dt.datetime) -> pa.Table:
     """One row per document: attributes, relationship ids, ``download_path`` (links.download)."""
-    cols = flatten._attribute_columns(records, DOCUMENT_ATTRIBUTES)
+    cols = flatten._attribute_columns(
+        records, DOCUMENT_ATTRIBUTES,
+        derived=(*(f"{r}_id" for r in DOCUMENT_RELATIONSHIPS), "download_path"),
+    )
     cols.update(flatten._relationship_ids(records, DOCUMENT_RELATIONSHIPS))
     cols["download_path"] = pa.array(
         [(r.get("links") or {}).get("download") for r in records], pa.string()
@@ -97,8 +100,11 @@ def documents_table(records: Sequence[flatten.Resource], fetched_at: dt.datetime
 def email_submissions_table(
     records: Sequence[flatten.Resource], fetched_at: dt.datetime
 ) -> pa.Table:
-    cols = flatten._attribute_columns(records, EMAIL_SUBMISSION_ATTRIBUTES)
-    cols.update(flatten._relationship_ids(records, EMAIL_SUBMISSION_RELATIONSHIPS))
+    rels = EMAIL_SUBMISSION_RELATIONSHIPS
+    cols = flatten._attribute_columns(
+        records, EMAIL_SUBMISSION_ATTRIBUTES, derived=[f"{r}_id" for r in rels]
+    )
+    cols.update(flatten._relationship_ids(records, rels))
     return flatten._table(records, cols, fetched_at)
 
 
@@ -109,7 +115,7 @@ def representations_table(
 ) -> pa.Table:
     """Representations with their document's id (from the representation's own ``document``
     relationship, else from the document whose ``last_document_representation`` it is)."""
-    cols = flatten._attribute_columns(records, REPRESENTATION_ATTRIBUTES)
+    cols = flatten._attribute_columns(records, REPRESENTATION_ATTRIBUTES, derived=["document_id"])
     own = flatten._relationship_ids(records, ("document",))["document_id"].to_pylist()
     by_rep = document_ids or {}
     cols["document_id"] = pa.array(
