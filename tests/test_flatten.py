@@ -164,3 +164,11 @@ def test_fields_the_api_adds_to_holds_and_fees_land_as_columns() -> None:
     assert [r["placed_at"] for r in rows] == ["2026-01-02T03:04:05Z", None, None]
     assert [r["attr_type"] for r in rows] == ["x", None, None]  # "type" is a reserved name
     assert [r["name"] for r in rows] == ["customs", "freight", None]
+
+
+def test_integer_ids_and_types_in_relationships_land_as_text() -> None:
+    """JSON:API ids are strings; an API that sends an integer must not fail the load."""
+    records = [{"id": 7, "type": "container", "attributes": {"number": "A"},
+                "relationships": {"shipment": {"data": {"id": 42, "type": "shipment"}}}}]
+    row = flatten.containers_table(records, FETCHED).to_pylist()[0]
+    assert (row["id"], row["shipment_id"]) == ("7", "42")

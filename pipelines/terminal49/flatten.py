@@ -258,6 +258,10 @@ def _column_names(keys: Sequence[str], taken: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 def _relationship_ids(records: Sequence[Resource], names: Iterable[str]) -> dict[str, pa.Array]:
     """``<name>_id`` per relationship: the related id of a to-one relationship, else NULL."""
     ids: dict[str, list[str | None]] = {name: [] for name in names}
@@ -265,7 +269,8 @@ def _relationship_ids(records: Sequence[Resource], names: Iterable[str]) -> dict
         rels = r.get("relationships") or {}
         for name, out in ids.items():
             data = (rels.get(name) or {}).get("data")
-            out.append(data.get("id") if isinstance(data, dict) else None)
+            # JSON:API ids are strings; an integer id still lands (as text) instead of failing
+            out.append(_text(data.get("id")) if isinstance(data, dict) else None)
     return {f"{name}_id": pa.array(out, pa.string()) for name, out in ids.items()}
 
 
@@ -275,7 +280,7 @@ def _table(
     n = len(records)
     base = {
         "id": pa.array([str(r["id"]) for r in records], pa.string()),
-        "type": pa.array([r.get("type") for r in records], pa.string()),
+        "type": pa.array([_text(r.get("type")) for r in records], pa.string()),
     }
     base.update(cols)
     base["fetched_at"] = pa.array([fetched_at] * n, settings.TS)
