@@ -14,7 +14,7 @@ import contextlib
 import datetime as dt
 import functools
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -27,6 +27,10 @@ from pipelines.terminal49 import settings
 Resource = Mapping[str, Any]
 
 _RESERVED = {"id", "type", "fetched_at"}
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _json_text(value: Any) -> str | None:
@@ -68,7 +72,7 @@ def _typed_array(name: str, values: list[Any], kind: pa.DataType | str) -> dict[
     if not lossy and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
         # Production sends some numbers as strings (port latitude "32.83"): parse them.
         try:
-            as_text = [None if v is None else str(v) for v in values]
+            as_text = [_text(v) for v in values]
             return {name: pa.array(as_text, pa.string()).cast(kind)}
         except _UNCONVERTIBLE:
             pass
@@ -130,7 +134,7 @@ def _instant(v: Any) -> dt.datetime | None:
 
 
 def _timestamps_one_by_one(name: str, values: list[Any], kind: pa.DataType) -> dict[str, pa.Array]:
-    return _one_by_one(name, values, kind, _instant, lambda v: None if v is None else str(v))
+    return _one_by_one(name, values, kind, _instant, _text)
 
 
 def _infer_array(values: list[Any]) -> pa.Array | None:
@@ -142,7 +146,7 @@ def _infer_array(values: list[Any]) -> pa.Array | None:
     try:
         return pa.array(values)
     except _UNCONVERTIBLE:
-        return pa.array([None if v is None else str(v) for v in values], pa.string())
+        return pa.array([_text(v) for v in values], pa.string())
 
 
 def _wire_type(kind: pa.DataType | str) -> pa.DataType:
@@ -216,19 +220,20 @@ def _attribute_columns(
     handled = set(known) | set(skip)
     if set().union(*attrs) <= handled:  # the usual page: no attribute we do not know
         return cols
-    extra: dict[str, None] = {}  # first-seen order, so columns come out in a stable order
-    for a in attrs:
-        for key in a:
-            if key not in handled:
-                extra[key] = None
-    arrays = {key: _infer_array([a.get(key) for a in attrs]) for key in extra}
-    names = _column_names(
-        [k for k, arr in arrays.items() if arr is not None], [*handled, *derived, *cols]
-    )
-    for key, arr in arrays.items():
-        if arr is not None:
-            cols[names[key]] = arr
+    cols.update(_extra_columns(attrs, handled, [*handled, *derived, *cols]))
     return cols
+
+
+def _extra_columns(
+    dicts: Sequence[Mapping[str, Any]], handled: Collection[str], taken: Iterable[str]
+) -> dict[str, pa.Array]:
+    """The keys of ``dicts`` not in ``handled``, as columns typed by their values, in first-seen
+    order (so columns come out in a stable order) and named apart from ``taken``
+    (:func:`_column_names`); a key that is NULL everywhere waits for a value."""
+    extra = {k: None for d in dicts for k in d if k not in handled}
+    arrays = {k: _infer_array([d.get(k) for d in dicts]) for k in extra}
+    names = _column_names([k for k, arr in arrays.items() if arr is not None], taken)
+    return {names[k]: arr for k, arr in arrays.items() if arr is not None}
 
 
 _NAMING = snake_case.NamingConvention()
@@ -256,10 +261,6 @@ def _column_names(keys: Sequence[str], taken: Iterable[str]) -> dict[str, str]:
         used.add(_normalized(name))
         out[key] = name
     return out
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _relationship_ids(records: Sequence[Resource], names: Iterable[str]) -> dict[str, pa.Array]:
@@ -346,15 +347,7 @@ def _child_table(
     for c in columns:
         cols.update(_typed_array(c, [i.get(c) for i in kept], types.get(c, pa.string())))
     # a field the API adds to the items lands as a column too, typed by its values
-    extra = {k: None for i in kept for k in i if k not in columns}
-    if extra:
-        arrays = {k: _infer_array([i.get(k) for i in kept]) for k in extra}
-        names = _column_names(
-            [k for k, arr in arrays.items() if arr is not None], [*cols, *columns, "_deleted"]
-        )
-        for k, arr in arrays.items():
-            if arr is not None:
-                cols[names[k]] = arr
+    cols.update(_extra_columns(kept, set(columns), [*cols, *columns, "_deleted"]))
     cols["_deleted"] = pa.array([p < 0 for p in positions], pa.bool_())
     fields = [pa.field(k, v.type, nullable=k not in ("container_id", "position"))
               for k, v in cols.items()]
