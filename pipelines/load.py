@@ -292,8 +292,6 @@ def conform_pages(source: Any, types: ColumnTypes) -> None:
 def _conformer(types: ColumnTypes, table: str) -> Callable[[Any], Any]:
     # one parameter only: dlt passes a second argument (the item's meta) to a map that takes two
     def conform(item: Any) -> Any:
-        if isinstance(item, list):  # a resource may yield its pages as one list
-            return [conform(i) for i in item]
         return types.conform(table, item) if isinstance(item, pa.Table) else item
 
     return conform
