@@ -203,6 +203,14 @@ def _key_hash(key: pl.Expr) -> pl.Expr:
     return pl.when(key.is_not_null()).then(key.hash())
 
 
+def _in_left_order(df: pl.DataFrame, n: int) -> pl.Series:
+    """``_i`` of a join result with one row per left row ``_l`` in ``0..n-1``, in ``_l`` order."""
+    if df.height == n and df["_l"].is_sorted():
+        return df["_i"]
+    out = pl.repeat(None, n, dtype=pl.UInt32, eager=True).alias("_i")
+    return out.scatter(df["_l"], df["_i"])
+
+
 def _row_indexes(pairs: Sequence[tuple[pl.Series, pl.Series]]) -> list[pl.Series]:
     """For each ``(left, right)``: per value of ``left``, the row of ``right`` holding it.
 
@@ -217,15 +225,17 @@ def _row_indexes(pairs: Sequence[tuple[pl.Series, pl.Series]]) -> list[pl.Series
 
     def join(lk: pl.Series, rk: pl.Series, hashed: bool) -> pl.LazyFrame:
         right = keys(rk, hashed).with_row_index("_i").with_columns(pl.col("_i").cast(pl.UInt32))
-        return keys(lk, hashed).join(
-            right.drop_nulls("k"), on="k", how="left", maintain_order="left")
+        # in any order, each row with its left row index: maintain_order="left" costs more than
+        # the scatter that puts the rows back in order (1M rows: 34 ms against 13 + 5 ms)
+        return keys(lk, hashed).with_row_index("_l").join(
+            right.drop_nulls("k"), on="k", how="left").select("_l", "_i")
 
     # the hash joins and the checks that the right side's hashes are unique, all in parallel
     unique = [keys(rk, True).drop_nulls().select(pl.col("k").n_unique() == pl.len())
               for _, rk in pairs]
     plans = [join(lk, rk, HASH_JOIN) for lk, rk in pairs]
     done = pl.collect_all([*plans, *unique], engine="in-memory")
-    out = [df["_i"] for df in done[:len(pairs)]]
+    out = [_in_left_order(df, lk.len()) for df, (lk, _) in zip(done, pairs, strict=False)]
     if not HASH_JOIN:
         return out
     # a hash join is kept when the right side's hashes are unique and every match is a string
@@ -241,7 +251,7 @@ def _row_indexes(pairs: Sequence[tuple[pl.Series, pl.Series]]) -> list[pl.Series
         ok[n] = bool(check.item())
     for n, (lk, rk) in enumerate(pairs):
         if not ok[n]:
-            out[n] = join(lk, rk, False).collect(engine="in-memory")["_i"]
+            out[n] = _in_left_order(join(lk, rk, False).collect(engine="in-memory"), lk.len())
     return out
 
 
