@@ -199,3 +199,27 @@ def test_holds_mask_equals_list_aggregation(
     monkeypatch.setattr(R, "_MASK_BITS", 4)  # 3 names and NULL need 8 bits: lists instead
     listed = compute_risk(frames, AS_OF, tariffs).collect()
     assert_frame_equal(masked, listed, check_exact=True)
+
+
+def test_join_rows_are_put_back_in_left_order() -> None:
+    """The joins run without keeping the left order; the row indexes come back in it."""
+    shuffled = pl.DataFrame({"_l": [3, 0, 2, 1], "_i": [None, 7, 5, 9]},
+                            schema={"_l": pl.UInt32, "_i": pl.UInt32})
+    assert R._in_left_order(shuffled, 4).to_list() == [7, 9, 5, None]
+    ordered = shuffled.sort("_l")
+    assert R._in_left_order(ordered, 4).to_list() == [7, 9, 5, None]
+
+
+def test_local_dates_null_instant_and_null_zone() -> None:
+    """A NULL instant has no date; a NULL zone index counts as UTC, in both date paths."""
+    zt = R.ZoneTable(["America/Chicago"])
+    ts = [datetime(2025, 3, 9, 3, 30, tzinfo=UTC), None, datetime(2025, 3, 9, 3, 30, tzinfo=UTC)]
+    df = pl.DataFrame({"ts": ts, "z": [1, 1, None]},
+                      schema={"ts": pl.Datetime("us", "UTC"), "z": pl.Int32})
+    lo = int(datetime(2025, 3, 1, tzinfo=UTC).timestamp() * 1e6)
+    hourly = zt.hourly_dates(lo, lo + 30 * 86_400_000_000)
+    assert hourly is not None
+    want = [datetime(2025, 3, 8).date(), None, datetime(2025, 3, 9).date()]
+    for local_date in (zt.local_date, hourly):
+        got = df.select(local_date(pl.col("ts"), pl.col("z"))).to_series().to_list()
+        assert got == want

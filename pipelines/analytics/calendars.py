@@ -83,6 +83,15 @@ def us_federal_holidays(year: int) -> list[date]:
     return sorted(d for d in out if d.year == year)
 
 
+def _masked_gather(table: pl.Series, idx: pl.Expr, valid: pl.Expr) -> pl.Expr:
+    """``table[idx]`` where ``valid``, else NULL (``idx`` is NULL exactly where not ``valid``).
+
+    The NULL indices are filled before the gather and masked after it: a gather with NULL
+    indices takes a slower path (1M rows, 30% NULL: 6.3 ms against 3.5 ms).
+    """
+    return pl.when(valid).then(pl.lit(table).gather(idx.fill_null(0)))
+
+
 class WorkingCalendar:
     """Working days (Mon-Fri minus observed US federal holidays) over the fixed window.
 
@@ -118,7 +127,7 @@ class WorkingCalendar:
     def cum_expr(self, day: pl.Expr) -> pl.Expr:
         """Cumulative working-day count at a Date expression (clipped to the window)."""
         idx = (day.cast(pl.Int32) - _START_DAY).clip(0, _N_DAYS - 1)
-        return pl.lit(self.cum).gather(idx)
+        return _masked_gather(self.cum, idx, day.is_not_null())
 
     def working_days_between(self, start: pl.Expr, end: pl.Expr) -> pl.Expr:
         """Working days in ``(start, end]``; negative when ``end`` is before ``start``."""
@@ -201,10 +210,10 @@ class ZoneTable:
         return zone.replace_strict(self.index, default=0, return_dtype=pl.Int32)
 
     def local_date(self, ts: pl.Expr, zone_idx: pl.Expr) -> pl.Expr:
-        """Local calendar date of a UTC instant in the zone of ``zone_idx``."""
+        """Local calendar date of a UTC instant in the zone of ``zone_idx`` (NULL: UTC)."""
         secs = ts.dt.epoch("s")
         hour = (secs // 3600 - _START_HOUR).clip(0, _N_HOURS - 1).cast(pl.Int32)
-        off = pl.lit(self.offsets).gather(zone_idx * _N_HOURS + hour)
+        off = pl.lit(self.offsets).gather(zone_idx.fill_null(0) * _N_HOURS + hour)
         return ((secs + off) // 86400).cast(pl.Int32).cast(pl.Date)
 
     def hourly_dates(
@@ -226,9 +235,9 @@ class ZoneTable:
         table = pl.concat([d.slice(h0, n) for d in days]).rechunk()
 
         def local_date(ts: pl.Expr, zone_idx: pl.Expr) -> pl.Expr:
-            idx = ts.to_physical() // 3_600_000_000 + (zone_idx.cast(pl.Int64) * n
+            idx = ts.to_physical() // 3_600_000_000 + (zone_idx.fill_null(0).cast(pl.Int64) * n
                                                        - (h0 + _START_HOUR))
-            return pl.lit(table).gather(idx).cast(pl.Date)
+            return _masked_gather(table, idx, ts.is_not_null()).cast(pl.Date)
 
         return local_date
 
