@@ -194,6 +194,11 @@ def _mark(stage: str | None) -> None:
     _last[:] = now
 
 
+#: The categories of the containers' zone-name columns (codes shared by every call; the
+#: distinct zone names are few).
+_ZONE_NAMES = pl.Categories("freetime_risk_zone_names")
+_CONTAINER_ZONES = ("pod_timezone", "final_destination_timezone", "empty_terminated_timezone")
+
 #: Join on 64-bit hashes of the keys (verified against the strings; exact either way).
 HASH_JOIN = True
 
@@ -700,10 +705,11 @@ def risk_plan(
             blocking_holds=col("blocking_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
             pending_holds=col("pending_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
         )
+    # the containers' zone names as categories: codes in the same pass that finds the
+    # distinct names (a unique and then an Enum cast per row block cost twice as much)
+    cont_q = fr.containers.with_columns(
+        col(c).cast(pl.Categorical(_ZONE_NAMES)) for c in _CONTAINER_ZONES)
     zone_q = pl.concat([
-        fr.containers.select(col(c).unique().alias("z"))
-        for c in ("pod_timezone", "final_destination_timezone", "empty_terminated_timezone")
-    ] + [
         fr.shipments.select(col(c).unique().alias("z"))
         for c in ("pod_timezone", "destination_timezone")
     ]).unique()
@@ -713,7 +719,7 @@ def risk_plan(
     )
     # holds and fees are aggregated as separate plans, so that the two threads share them
     cdf, sdf, tdf, mdf, ndf, fdf, zdf, sts = pl.collect_all(
-        [fr.containers, ship_q, term_q, masks_q, names_q, fees_q, zone_q, stats_q],
+        [cont_q, ship_q, term_q, masks_q, names_q, fees_q, zone_q, stats_q],
         engine="in-memory")
     hold_names = ndf["name"].to_list()
     hdf = (_decode_holds(mdf, hold_names) if 2 * (len(hold_names) + 1) <= _MASK_BITS
@@ -736,12 +742,21 @@ def risk_plan(
     pool.shutdown(wait=False)
 
     # zones: per-row codes into the sorted distinct names, mapped to ZoneTable indices
-    zt = ZoneTable(zdf["z"].to_list())
-    znames = sorted(z for z in zdf["z"].to_list() if z is not None)
+    cats = pl.concat([cdf[c].unique() for c in _CONTAINER_ZONES]).unique().drop_nulls()
+    cat_codes, cat_names = cats.to_physical().to_list(), cats.cast(pl.String).to_list()
+    zt = ZoneTable(zdf["z"].to_list() + cat_names)
+    znames = sorted({*cat_names, *(z for z in zdf["z"].to_list() if z is not None)})
     zcode_raw = _codes(znames)
 
     def zcode(e: pl.Expr) -> pl.Expr:  # NULL when the name is NULL; 0 (UTC) when unknown
         return _gather([zt.index.get(z, 0) for z in znames], zcode_raw(e), pl.Int32)
+
+    by_cat = [0] * (max(cat_codes) + 1 if cat_codes else 0)
+    for code, name in zip(cat_codes, cat_names, strict=True):
+        by_cat[code] = zt.index.get(name, 0)
+
+    def zcode_cat(e: pl.Expr) -> pl.Expr:  # zcode of a column of _ZONE_NAMES categories
+        return _gather(by_cat, e.to_physical(), pl.Int32)
 
     todays = [(zt.today(as_of)[i] - _EPOCH).days for i in range(len(zt.zones))]
 
@@ -798,13 +813,13 @@ def risk_plan(
     hi = [v for k, v in stats.items() if k.endswith("_max") and v is not None]
     hourly = zt.hourly_dates(min(lo), max(hi)) if HOURLY_DATES and lo and hi else None
     ld = hourly or zt.local_date
-    return c, _layers(as_of, cal, ld, zcode, todays, dem, det, len(scacs), n_port, tids, tdf,
+    return c, _layers(as_of, cal, ld, zcode_cat, todays, dem, det, len(scacs), n_port, tids, tdf,
                       place_src, ph, ["", *holds_txt])
 
 
 def _layers(
     as_of: datetime, cal: WorkingCalendar, ld: Callable[[pl.Expr, pl.Expr], pl.Expr],
-    zcode: Callable[[pl.Expr], pl.Expr],
+    zcode_cat: Callable[[pl.Expr], pl.Expr],
     todays: Sequence[int], dem: _Charge, det: _Charge, n_scac: int, n_port: int,
     tids: Sequence[str], tdf: pl.DataFrame, place_src: Sequence[str], ph: _Phrases | None,
     holds_txt: Sequence[str],
@@ -844,9 +859,9 @@ def _layers(
     zi_fd = pl.coalesce(col("_zc_fd"), col("_szi_dest"), zi_pod)
     layers.append(dict(
         _inland=inland,
-        _zc_pod=zcode(col("pod_timezone")),
-        _zc_fd=zcode(col("final_destination_timezone")),
-        _zc_empty=zcode(col("empty_terminated_timezone")),
+        _zc_pod=zcode_cat(col("pod_timezone")),
+        _zc_fd=zcode_cat(col("final_destination_timezone")),
+        _zc_empty=zcode_cat(col("empty_terminated_timezone")),
         _left_port=pl.any_horizontal(
             col(x).is_not_null()
             for x in ("pod_full_out_at", "pod_rail_loaded_at", "pod_rail_departed_at")
