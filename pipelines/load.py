@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import dlt
+import duckdb
 import httpx
 import pyarrow as pa
 from dlt.common.storages import LoadStorage
@@ -164,8 +165,7 @@ def run_load(
         summary.extract_seconds = written.extract_seconds
         summary.rows = {t: written.rows.get(t, 0) for t in TABLES}
         summary.load_id = written.load_id
-        with_lock_retry(lambda: apply_comments(pipeline), path, lock_retry_seconds)
-        with_lock_retry(lambda: record_source(path, identity), path, lock_retry_seconds)
+        with_lock_retry(lambda: finish_warehouse(path, identity), path, lock_retry_seconds)
     finally:
         client.close()
     summary.requests = client.stats.requests
@@ -219,15 +219,27 @@ def check_source(path: Path, identity: str, lock_retry_seconds: float = 30.0) ->
         )
 
 
-def record_source(path: Path, identity: str) -> None:
-    """Remember which account the warehouse holds (see :func:`check_source`)."""
+def finish_warehouse(path: Path, identity: str) -> None:
+    """After a load: the comments (see :func:`apply_comments`) and the source (see
+    :func:`check_source`), in one connection that writes only what changed."""
     with writing(path) as con:
-        con.execute(
-            f'CREATE TABLE IF NOT EXISTS "{DATASET}"."{SOURCE_TABLE}" '
-            "(source VARCHAR NOT NULL, recorded_at TIMESTAMPTZ NOT NULL)"
-        )
-        con.execute(f'DELETE FROM "{DATASET}"."{SOURCE_TABLE}"')
-        con.execute(f'INSERT INTO "{DATASET}"."{SOURCE_TABLE}" VALUES (?, now())', [identity])
+        apply_comments(con, DATASET)
+        record_source(con, identity)
+
+
+def record_source(con: duckdb.DuckDBPyConnection, identity: str) -> None:
+    """Remember which account the warehouse holds (see :func:`check_source`); ``recorded_at``
+    is when that account was first recorded."""
+    if SOURCE_TABLE in table_names(con, DATASET):
+        found = con.execute(f'SELECT source FROM "{DATASET}"."{SOURCE_TABLE}"').fetchall()
+        if [row[0] for row in found] == [identity]:
+            return
+    con.execute(
+        f'CREATE TABLE IF NOT EXISTS "{DATASET}"."{SOURCE_TABLE}" '
+        "(source VARCHAR NOT NULL, recorded_at TIMESTAMPTZ NOT NULL)"
+    )
+    con.execute(f'DELETE FROM "{DATASET}"."{SOURCE_TABLE}"')
+    con.execute(f'INSERT INTO "{DATASET}"."{SOURCE_TABLE}" VALUES (?, now())', [identity])
 
 
 def write_source(

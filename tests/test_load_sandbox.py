@@ -16,6 +16,7 @@ import pytest
 
 from pipelines.config import ApiSettings, ConfigError
 from pipelines.load import PIPELINE_NAME, LoadFailed, pipelines_dir_for, run_load
+from pipelines.terminal49.docs import COLUMN_COMMENTS, TABLE_COMMENTS, apply_comments
 from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import WarehouseLocked
 from sandbox.testing import SandboxProcess
@@ -180,12 +181,34 @@ def _dump(db: Path) -> dict[str, list[tuple[Any, ...]]]:
     return out
 
 
+def _comments(db: Path) -> dict[tuple[str, str | None], str | None]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        tables = _rows(con, "SELECT table_name, NULL, comment FROM duckdb_tables() "
+                            "WHERE schema_name = 'terminal49'")
+        columns = _rows(con, "SELECT table_name, column_name, comment FROM duckdb_columns() "
+                             "WHERE schema_name = 'terminal49'")
+    return {(t, c): text for t, c, text in tables + columns}
+
+
 def test_second_load_leaves_identical_rows(sandbox: Any, tmp_path: Path) -> None:
     db = tmp_path / "w.duckdb"
     run_load(db, _api(sandbox))
-    first = _dump(db)
+    first, comments = _dump(db), _comments(db)
+    # analysts find the fields from SQL: every documented table and column has its comment
+    for table, text in TABLE_COMMENTS.items():
+        assert comments[table, None] == text
+    for table, named in COLUMN_COMMENTS.items():
+        for column, text in named.items():
+            if (table, column) in comments:
+                assert comments[table, column] == text, (table, column)
+    assert comments["containers", "pod_terminal_id"] is not None
     run_load(db, _api(sandbox))
     assert _dump(db) == first
+    assert _comments(db) == comments
+    with duckdb.connect(str(db)) as con:  # all in place: nothing is rewritten
+        assert apply_comments(con, "terminal49") == 0
+        con.execute("COMMENT ON TABLE terminal49.containers IS 'changed by hand'")
+        assert apply_comments(con, "terminal49") == 1
     # written packages are deleted, not kept to pile up with every scheduled load
     load_dir = pipelines_dir_for(db) / PIPELINE_NAME / "load"
     assert load_dir.is_dir() and not any(load_dir.glob("loaded/*")), list(load_dir.rglob("*"))

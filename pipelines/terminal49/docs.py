@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+import duckdb
 
 TABLE_COMMENTS = {
     "containers": "One row per container (GET /containers). LFD columns are local dates "
@@ -50,27 +50,33 @@ COLUMN_COMMENTS: dict[str, dict[str, str]] = {
 }
 
 
-def apply_comments(pipeline: Any) -> None:
-    """Write the comments into the warehouse (tables and columns that exist)."""
-    with pipeline.sql_client() as client:
-        schema = client.fully_qualified_dataset_name()
-        existing = {
-            (t, c)
-            for t, c in client.execute_sql(
-                "SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = ?",
-                pipeline.dataset_name,
-            )
-        }
-        tables = {t for t, _ in existing}
-        for table, text in TABLE_COMMENTS.items():
-            if table in tables:
-                client.execute_sql(f"COMMENT ON TABLE {schema}.{table} IS {_lit(text)}")
-        for table, columns in COLUMN_COMMENTS.items():
-            for column, text in columns.items():
-                if (table, column) in existing:
-                    client.execute_sql(
-                        f"COMMENT ON COLUMN {schema}.{table}.{column} IS {_lit(text)}"
-                    )
+def apply_comments(con: duckdb.DuckDBPyConnection, dataset: str) -> int:
+    """Write the comments of the tables and columns of ``dataset`` that exist, where the
+    warehouse's comment differs; return how many were written.
+
+    A repeat load finds them all in place and writes nothing (it used to rewrite about 50
+    comments each time, and the write ended in a checkpoint).
+    """
+    tables = dict(con.execute(
+        "SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = ?", [dataset]
+    ).fetchall())
+    columns = {(t, c): text for t, c, text in con.execute(
+        "SELECT table_name, column_name, comment FROM duckdb_columns() WHERE schema_name = ?",
+        [dataset],
+    ).fetchall()}
+    statements = [
+        f'COMMENT ON TABLE "{dataset}"."{table}" IS {_lit(text)}'
+        for table, text in TABLE_COMMENTS.items()
+        if table in tables and tables[table] != text
+    ] + [
+        f'COMMENT ON COLUMN "{dataset}"."{table}"."{column}" IS {_lit(text)}'
+        for table, named in COLUMN_COMMENTS.items()
+        for column, text in named.items()
+        if (table, column) in columns and columns[table, column] != text
+    ]
+    for statement in statements:
+        con.execute(statement)
+    return len(statements)
 
 
 def _lit(text: str) -> str:
