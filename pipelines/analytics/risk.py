@@ -717,9 +717,16 @@ def risk_plan(
         *[col(c).to_physical().min().alias(f"{c}_min") for c in _TS_STATS],
         *[col(c).to_physical().max().alias(f"{c}_max") for c in _TS_STATS],
     )
+    # the distinct carriers and ports of the shipments, and whether their ids are unique
+    keys_q = [
+        ship_q.select(col("shipping_line_scac").drop_nulls().unique()),
+        pl.concat([ship_q.select(col(c).drop_nulls().unique().alias("p"))
+                   for c in ("port_of_discharge_locode", "destination_locode")]).unique(),
+        ship_q.select(col("shipment_id").n_unique() == pl.len()),
+    ]
     # holds and fees are aggregated as separate plans, so that the two threads share them
-    cdf, sdf, tdf, mdf, ndf, fdf, zdf, sts = pl.collect_all(
-        [cont_q, ship_q, term_q, masks_q, names_q, fees_q, zone_q, stats_q],
+    cdf, sdf, tdf, mdf, ndf, fdf, zdf, sts, scac_df, port_df, ship_unique = pl.collect_all(
+        [cont_q, ship_q, term_q, masks_q, names_q, fees_q, zone_q, stats_q, *keys_q],
         engine="in-memory")
     hold_names = ndf["name"].to_list()
     hdf = (_decode_holds(mdf, hold_names) if 2 * (len(hold_names) + 1) <= _MASK_BITS
@@ -727,7 +734,7 @@ def risk_plan(
     edf = extras(hdf, fdf)
     _mark('prep: inputs, aggregates, distinct values')
     stats: dict[str, int | None] = sts.row(0, named=True)
-    if sdf["shipment_id"].n_unique() < sdf.height:  # duplicates: keep the first row of each
+    if not ship_unique.item():  # duplicates: keep the first row of each
         sdf = sdf.unique("shipment_id", keep="first")
     # containers without holds or fees get the defaults row (no lists to fill per row)
     edf = pl.concat([edf, pl.DataFrame([{
@@ -761,9 +768,8 @@ def risk_plan(
     todays = [(zt.today(as_of)[i] - _EPOCH).days for i in range(len(zt.zones))]
 
     # tariff keys (carrier, port, equipment) as dense codes; one tariff row per code and charge
-    scacs = sdf["shipping_line_scac"].drop_nulls().unique().sort().to_list()
-    ports = (pl.concat([sdf["port_of_discharge_locode"], sdf["destination_locode"]])
-             .drop_nulls().unique().sort().to_list())
+    scacs = sorted(scac_df.to_series().to_list())
+    ports = sorted(port_df.to_series().to_list())
     keys = pl.DataFrame(
         [(sc, p, e) for sc in [*scacs, None] for p in [*ports, None] for e in ("dry", "reefer")],
         schema={"scac": pl.String, "port": pl.String, "equip": pl.String}, orient="row",
