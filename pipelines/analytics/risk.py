@@ -198,6 +198,7 @@ def _mark(stage: str | None) -> None:
 #: distinct zone names are few).
 _ZONE_NAMES = pl.Categories("freetime_risk_zone_names")
 _CONTAINER_ZONES = ("pod_timezone", "final_destination_timezone", "empty_terminated_timezone")
+_SHIPMENT_ZONES = ("_s_pod_tz", "_s_dest_tz")
 
 #: Join on 64-bit hashes of the keys (verified against the strings; exact either way).
 HASH_JOIN = True
@@ -649,7 +650,8 @@ def risk_plan(
         col("id").alias("shipment_id"), "bill_of_lading_number",
         col("shipping_line_scac").str.to_uppercase().alias("shipping_line_scac"),
         "port_of_discharge_locode", "destination_locode", "customer_name",
-        col("pod_timezone").alias("_s_pod_tz"), col("destination_timezone").alias("_s_dest_tz"),
+        col("pod_timezone").cast(pl.Categorical(_ZONE_NAMES)).alias("_s_pod_tz"),
+        col("destination_timezone").cast(pl.Categorical(_ZONE_NAMES)).alias("_s_dest_tz"),
         ((pl.coalesce("pod_ata_at", "pod_eta_at") - col("pod_original_eta_at"))
          .dt.total_seconds() / 86400).round(1).alias("eta_slip_days"),
         col("line_tracking_stopped_at").is_not_null().alias("_line_stopped"),
@@ -705,14 +707,10 @@ def risk_plan(
             blocking_holds=col("blocking_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
             pending_holds=col("pending_holds").fill_null(pl.lit([], dtype=pl.List(pl.String))),
         )
-    # the containers' zone names as categories: codes in the same pass that finds the
-    # distinct names (a unique and then an Enum cast per row block cost twice as much)
+    # the zone names as categories: codes in the same pass that finds the distinct names (a
+    # unique and then an Enum cast per row block cost twice as much)
     cont_q = fr.containers.with_columns(
         col(c).cast(pl.Categorical(_ZONE_NAMES)) for c in _CONTAINER_ZONES)
-    zone_q = pl.concat([
-        fr.shipments.select(col(c).unique().alias("z"))
-        for c in ("pod_timezone", "destination_timezone")
-    ]).unique()
     stats_q = fr.containers.select(
         *[col(c).to_physical().min().alias(f"{c}_min") for c in _TS_STATS],
         *[col(c).to_physical().max().alias(f"{c}_max") for c in _TS_STATS],
@@ -725,8 +723,8 @@ def risk_plan(
         ship_q.select(col("shipment_id").n_unique() == pl.len()),
     ]
     # holds and fees are aggregated as separate plans, so that the two threads share them
-    cdf, sdf, tdf, mdf, ndf, fdf, zdf, sts, scac_df, port_df, ship_unique = pl.collect_all(
-        [cont_q, ship_q, term_q, masks_q, names_q, fees_q, zone_q, stats_q, *keys_q],
+    cdf, sdf, tdf, mdf, ndf, fdf, sts, scac_df, port_df, ship_unique = pl.collect_all(
+        [cont_q, ship_q, term_q, masks_q, names_q, fees_q, stats_q, *keys_q],
         engine="in-memory")
     hold_names = ndf["name"].to_list()
     hdf = (_decode_holds(mdf, hold_names) if 2 * (len(hold_names) + 1) <= _MASK_BITS
@@ -748,21 +746,17 @@ def risk_plan(
                                        (cdf["id"], edf["container_id"])])
     pool.shutdown(wait=False)
 
-    # zones: per-row codes into the sorted distinct names, mapped to ZoneTable indices
-    cats = pl.concat([cdf[c].unique() for c in _CONTAINER_ZONES]).unique().drop_nulls()
+    # zones: ZoneTable indices by category code (0, UTC, for an unknown name; NULL stays NULL)
+    cats = pl.concat(
+        [cdf[c].unique() for c in _CONTAINER_ZONES] + [sdf[c].unique() for c in _SHIPMENT_ZONES]
+    ).unique().drop_nulls()
     cat_codes, cat_names = cats.to_physical().to_list(), cats.cast(pl.String).to_list()
-    zt = ZoneTable(zdf["z"].to_list() + cat_names)
-    znames = sorted({*cat_names, *(z for z in zdf["z"].to_list() if z is not None)})
-    zcode_raw = _codes(znames)
-
-    def zcode(e: pl.Expr) -> pl.Expr:  # NULL when the name is NULL; 0 (UTC) when unknown
-        return _gather([zt.index.get(z, 0) for z in znames], zcode_raw(e), pl.Int32)
-
+    zt = ZoneTable(cat_names)
     by_cat = [0] * (max(cat_codes) + 1 if cat_codes else 0)
     for code, name in zip(cat_codes, cat_names, strict=True):
         by_cat[code] = zt.index.get(name, 0)
 
-    def zcode_cat(e: pl.Expr) -> pl.Expr:  # zcode of a column of _ZONE_NAMES categories
+    def zcode(e: pl.Expr) -> pl.Expr:  # of a column of _ZONE_NAMES categories
         return _gather(by_cat, e.to_physical(), pl.Int32)
 
     todays = [(zt.today(as_of)[i] - _EPOCH).days for i in range(len(zt.zones))]
@@ -819,13 +813,13 @@ def risk_plan(
     hi = [v for k, v in stats.items() if k.endswith("_max") and v is not None]
     hourly = zt.hourly_dates(min(lo), max(hi)) if HOURLY_DATES and lo and hi else None
     ld = hourly or zt.local_date
-    return c, _layers(as_of, cal, ld, zcode_cat, todays, dem, det, len(scacs), n_port, tids, tdf,
+    return c, _layers(as_of, cal, ld, zcode, todays, dem, det, len(scacs), n_port, tids, tdf,
                       place_src, ph, ["", *holds_txt])
 
 
 def _layers(
     as_of: datetime, cal: WorkingCalendar, ld: Callable[[pl.Expr, pl.Expr], pl.Expr],
-    zcode_cat: Callable[[pl.Expr], pl.Expr],
+    zcode: Callable[[pl.Expr], pl.Expr],
     todays: Sequence[int], dem: _Charge, det: _Charge, n_scac: int, n_port: int,
     tids: Sequence[str], tdf: pl.DataFrame, place_src: Sequence[str], ph: _Phrases | None,
     holds_txt: Sequence[str],
@@ -865,9 +859,9 @@ def _layers(
     zi_fd = pl.coalesce(col("_zc_fd"), col("_szi_dest"), zi_pod)
     layers.append(dict(
         _inland=inland,
-        _zc_pod=zcode_cat(col("pod_timezone")),
-        _zc_fd=zcode_cat(col("final_destination_timezone")),
-        _zc_empty=zcode_cat(col("empty_terminated_timezone")),
+        _zc_pod=zcode(col("pod_timezone")),
+        _zc_fd=zcode(col("final_destination_timezone")),
+        _zc_empty=zcode(col("empty_terminated_timezone")),
         _left_port=pl.any_horizontal(
             col(x).is_not_null()
             for x in ("pod_full_out_at", "pod_rail_loaded_at", "pod_rail_departed_at")
