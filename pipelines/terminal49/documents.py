@@ -86,11 +86,9 @@ DOCUMENT_TABLE_HINTS: dict[str, dict[str, Any]] = {
 
 def documents_table(records: Sequence[flatten.Resource], fetched_at: dt.datetime) -> pa.Table:
     """One row per document: attributes, relationship ids, ``download_path`` (links.download)."""
-    cols = flatten._attribute_columns(
-        records, DOCUMENT_ATTRIBUTES,
-        derived=(*(f"{r}_id" for r in DOCUMENT_RELATIONSHIPS), "download_path"),
+    cols = flatten._resource_columns(
+        records, DOCUMENT_ATTRIBUTES, DOCUMENT_RELATIONSHIPS, derived=["download_path"]
     )
-    cols.update(flatten._relationship_ids(records, DOCUMENT_RELATIONSHIPS))
     cols["download_path"] = pa.array(
         [(r.get("links") or {}).get("download") for r in records], pa.string()
     )
@@ -100,11 +98,9 @@ def documents_table(records: Sequence[flatten.Resource], fetched_at: dt.datetime
 def email_submissions_table(
     records: Sequence[flatten.Resource], fetched_at: dt.datetime
 ) -> pa.Table:
-    rels = EMAIL_SUBMISSION_RELATIONSHIPS
-    cols = flatten._attribute_columns(
-        records, EMAIL_SUBMISSION_ATTRIBUTES, derived=[f"{r}_id" for r in rels]
+    cols = flatten._resource_columns(
+        records, EMAIL_SUBMISSION_ATTRIBUTES, EMAIL_SUBMISSION_RELATIONSHIPS
     )
-    cols.update(flatten._relationship_ids(records, rels))
     return flatten._table(records, cols, fetched_at)
 
 

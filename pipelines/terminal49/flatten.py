@@ -263,6 +263,22 @@ def _column_names(keys: Sequence[str], taken: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def _resource_columns(
+    records: Sequence[Resource],
+    known: Mapping[str, pa.DataType | str],
+    relationships: Sequence[str],
+    derived: Iterable[str] = (),
+) -> dict[str, pa.Array]:
+    """The attributes (:func:`_attribute_columns`), then ``<name>_id`` per relationship
+    (:func:`_relationship_ids`). No undeclared attribute takes a relationship id's name, nor one
+    of ``derived``: the columns the caller adds after these."""
+    cols = _attribute_columns(
+        records, known, derived=(*(f"{r}_id" for r in relationships), *derived)
+    )
+    cols.update(_relationship_ids(records, relationships))
+    return cols
+
+
 def _relationship_ids(records: Sequence[Resource], names: Iterable[str]) -> dict[str, pa.Array]:
     """``<name>_id`` per relationship: the related id of a to-one relationship, else NULL."""
     ids: dict[str, list[str | None]] = {name: [] for name in names}
@@ -368,12 +384,10 @@ def fees_table(records: Sequence[Resource]) -> pa.Table:
 
 def shipments_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
     """One row per shipment: attributes and relationship ids (``<relationship>_id``)."""
-    rels = settings.SHIPMENT_RELATIONSHIPS
-    cols = _attribute_columns(
-        records, settings.SHIPMENT_ATTRIBUTES,
-        derived=(*(f"{r}_id" for r in rels), "destination_type"),
+    cols = _resource_columns(
+        records, settings.SHIPMENT_ATTRIBUTES, settings.SHIPMENT_RELATIONSHIPS,
+        derived=["destination_type"],
     )
-    cols.update(_relationship_ids(records, rels))
     cols["destination_type"] = pa.array(
         [
             (((r.get("relationships") or {}).get("destination") or {}).get("data") or {}).get(
@@ -388,11 +402,7 @@ def shipments_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.
 
 def terminals_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
     """Terminals and rail terminals from ``included``, with their port id."""
-    rels = settings.TERMINAL_RELATIONSHIPS
-    cols = _attribute_columns(
-        records, settings.TERMINAL_ATTRIBUTES, derived=[f"{r}_id" for r in rels]
-    )
-    cols.update(_relationship_ids(records, rels))
+    cols = _resource_columns(records, settings.TERMINAL_ATTRIBUTES, settings.TERMINAL_RELATIONSHIPS)
     return _table(records, cols, fetched_at)
 
 

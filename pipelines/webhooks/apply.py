@@ -385,10 +385,9 @@ class _Batch:
                     if table == "transport_events"
                     else ESTIMATED_EVENT_RELATIONSHIPS
                 )
-                cols = flatten._attribute_columns(
-                    resources, known, derived=[*(f"{r}_id" for r in rels), "notification_id"]
+                cols = flatten._resource_columns(
+                    resources, known, rels, derived=["notification_id"]
                 )
-                cols.update(flatten._relationship_ids(resources, rels))
                 cols["notification_id"] = pa.array([n for _, _, n in recs], pa.string())
                 flat = flatten._table(resources, cols, epoch)
             elif table == "document_representations":
