@@ -194,8 +194,8 @@ def _mark(stage: str | None) -> None:
     _last[:] = now
 
 
-#: The categories of the containers' zone-name columns (codes shared by every call; the
-#: distinct zone names are few).
+#: The categories of the containers' and shipments' zone-name columns (codes shared by every
+#: call; the distinct zone names are few).
 _ZONE_NAMES = pl.Categories("freetime_risk_zone_names")
 _CONTAINER_ZONES = ("pod_timezone", "final_destination_timezone", "empty_terminated_timezone")
 _SHIPMENT_ZONES = ("_s_pod_tz", "_s_dest_tz")
@@ -241,7 +241,8 @@ def _row_indexes(pairs: Sequence[tuple[pl.Series, pl.Series]]) -> list[pl.Series
               for _, rk in pairs]
     plans = [join(lk, rk, HASH_JOIN) for lk, rk in pairs]
     done = pl.collect_all([*plans, *unique], engine="in-memory")
-    out = [_in_left_order(df, lk.len()) for df, (lk, _) in zip(done, pairs, strict=False)]
+    out = [_in_left_order(df, lk.len())
+           for df, (lk, _) in zip(done[:len(pairs)], pairs, strict=True)]
     if not HASH_JOIN:
         return out
     # a hash join is kept when the right side's hashes are unique and every match is a string
