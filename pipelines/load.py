@@ -26,7 +26,7 @@ from dlt.common.storages import LoadStorage
 from dlt.destinations.impl.duckdb.configuration import DuckDbCredentials
 from dlt.pipeline.exceptions import PipelineStepFailed
 
-from pipelines._memory import release_unused
+from pipelines._memory import fewer_collections, release_unused
 from pipelines.config import DATASET, ApiSettings, ConfigError, resolve_duckdb_path
 from pipelines.terminal49 import settings as t49
 from pipelines.terminal49 import terminal49_source
@@ -259,7 +259,8 @@ def write_source(
     conform_pages(source, warehouse_column_types(path, lock_retry_seconds))
     started = time.monotonic()
     try:
-        pipeline.extract(source)
+        with fewer_collections():
+            pipeline.extract(source)
         extract_seconds = time.monotonic() - started
         normalized = pipeline.normalize()
     except PipelineStepFailed as exc:

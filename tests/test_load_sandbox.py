@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from typing import Any
 import duckdb
 import pytest
 
+from pipelines._memory import SCAN_GC_THRESHOLD
 from pipelines.config import ApiSettings, ConfigError
 from pipelines.load import PIPELINE_NAME, LoadFailed, pipelines_dir_for, run_load
 from pipelines.terminal49.docs import COLUMN_COMMENTS, TABLE_COMMENTS, apply_comments
@@ -117,8 +119,12 @@ def sandbox() -> Any:
 
 def test_tables_types_and_ground_truth(sandbox: Any, tmp_path: Path) -> None:
     db = tmp_path / "w.duckdb"
-    summary = run_load(db, _api(sandbox))
+    before = gc.get_threshold()
+    during: set[tuple[int, ...]] = set()
+    summary = run_load(db, _api(sandbox), on_page=lambda _: during.add(gc.get_threshold()))
     assert summary.rows["containers"] >= 400
+    # the collector runs less often while pages are parsed, and as before once the load is done
+    assert during == {(SCAN_GC_THRESHOLD, *before[1:])} and gc.get_threshold() == before
     assert_equals_ground_truth(db, sandbox.ground_truth())
     con = duckdb.connect(str(db), read_only=True)
     types = dict(
@@ -404,6 +410,7 @@ def test_unreachable_api_fails_cleanly_and_keeps_the_warehouse(
                        r"\(connection refused\); check TERMINAL49_BASE_URL"):
         run_load(db, bad)  # the full retry budget, yet it fails in seconds: never answered
     assert time.monotonic() - started < 15
+    assert gc.get_threshold()[0] < SCAN_GC_THRESHOLD  # restored after a failed load too
     assert _dump(db) == before
     proc = _cli("load", "--duckdb", str(db), "--base-url", "http://127.0.0.1:9/v2",
                 env={"TERMINAL49_API_KEY": "k"})
