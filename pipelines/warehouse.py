@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -47,8 +47,10 @@ def connect(
     read_only: bool = False,
     retry_seconds: float = 30.0,
     poll_seconds: float = 0.25,
+    config: Mapping[str, Any] | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """Open ``path``; retry while another process holds the lock, then raise WarehouseLocked."""
+    """Open ``path`` (with DuckDB settings ``config``); retry while another process holds the
+    lock, then raise WarehouseLocked."""
     path = Path(path)
     if read_only and not path.exists():
         raise WarehouseMissing(
@@ -57,7 +59,7 @@ def connect(
     deadline = time.monotonic() + retry_seconds
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            return duckdb.connect(str(path), read_only=read_only, config=dict(config or {}))
         except duckdb.IOException as exc:
             if not _is_lock_error(exc):
                 reason = str(exc).removeprefix("IO Error: ")
@@ -96,10 +98,10 @@ def reading(
 
 @contextlib.contextmanager
 def writing(
-    path: str | Path, *, retry_seconds: float = 30.0
+    path: str | Path, *, retry_seconds: float = 30.0, config: Mapping[str, Any] | None = None
 ) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-write connection, closed on exit."""
-    con = connect(path, read_only=False, retry_seconds=retry_seconds)
+    """A read-write connection (with DuckDB settings ``config``), closed on exit."""
+    con = connect(path, read_only=False, retry_seconds=retry_seconds, config=config)
     try:
         yield con
     finally:

@@ -211,6 +211,12 @@ def test_second_load_leaves_identical_rows(sandbox: Any, tmp_path: Path) -> None
     run_load(db, _api(sandbox))
     assert _dump(db) == first
     assert _comments(db) == comments
+    with duckdb.connect(str(db), read_only=True) as con:  # dlt's staging copies are emptied
+        staged = _rows(con, "SELECT table_name FROM duckdb_tables() "
+                            "WHERE schema_name = 'terminal49_staging'")
+        assert {"containers", "container_holds"} <= {t for (t,) in staged}
+        for (table,) in staged:
+            assert _rows(con, f'SELECT count(*) FROM terminal49_staging."{table}"') == [(0,)]
     with duckdb.connect(str(db)) as con:  # all in place: nothing is rewritten
         assert apply_comments(con, "terminal49") == 0
         con.execute("COMMENT ON TABLE terminal49.containers IS 'changed by hand'")
