@@ -52,10 +52,10 @@ def fewer_collections(threshold: int = SCAN_GC_THRESHOLD) -> Iterator[None]:
     A parsed page is a tree of a few thousand dicts and lists without cycles (reference
     counting frees it), yet every 700 new ones start a collection that walks the young objects,
     and every tenth of those the older generation too: about 10% of a load's CPU. At 20,000 the
-    collector (cycles do occur, in httpx and dlt) still runs, less often: a load of 100,000
+    collector (a load does make cyclic garbage) still runs, less often: a load of 100,000
     containers made 257 young collections instead of 5,839. 100,000 containers,
     medians of 3 alternating loads: 10.3 s of CPU instead of 11.3 s, 12.0 s instead of 13.0 s,
-    same peak memory (a threshold of 100,000 saved no more and raised the peak by 70 MB).
+    same peak memory (a threshold of 100,000 saved about as much and raised the peak by 70 MB).
     """
     before = gc.get_threshold()
     gc.set_threshold(max(threshold, before[0]), *before[1:])
