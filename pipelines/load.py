@@ -40,7 +40,11 @@ log = logging.getLogger("freetime.load")
 
 PIPELINE_NAME = "freetime_terminal49"
 DUCKDB_MEMORY_LIMIT = "256MB"
-#: The DuckDB settings every write of a load runs with (see :func:`make_pipeline`).
+#: The DuckDB settings of every connection a load writes through. The merge of a large load
+#: would otherwise take DuckDB's default (80% of RAM) and keep it: a bounded buffer pool (it
+#: spills to disk beyond) keeps the loader's memory bounded. One DuckDB thread: dlt already runs
+#: the load jobs (staging copies, merges) in parallel threads; DuckDB's own workers on top of
+#: them only contend (100k containers: 2.4 s to write instead of 2.75 s).
 WRITER_CONFIG: dict[str, Any] = {
     "memory_limit": DUCKDB_MEMORY_LIMIT,
     "preserve_insertion_order": False,
@@ -103,11 +107,6 @@ def make_pipeline(duckdb_path: Path, name: str = PIPELINE_NAME) -> dlt.Pipeline:
     dlt_logger = logging.getLogger("dlt")
     if _ARROW_NOISE not in dlt_logger.filters:
         dlt_logger.addFilter(_ARROW_NOISE)
-    # The merge of a large load would otherwise take DuckDB's default (80% of RAM) and keep it:
-    # a bounded buffer pool (it spills to disk beyond) keeps the loader's memory bounded.
-    # One DuckDB thread: dlt already runs the load jobs (staging copies, merges) in parallel
-    # threads; DuckDB's own workers on top of them only contend (100k containers: 2.4 s to
-    # write instead of 2.75 s).
     credentials = DuckDbCredentials(str(duckdb_path), global_config=WRITER_CONFIG)
     return dlt.pipeline(
         pipeline_name=name,
