@@ -8,7 +8,7 @@ the outputs compared on random data with NULLs, duplicates, odd zones and wide d
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import polars as pl
@@ -223,3 +223,17 @@ def test_local_dates_null_instant_and_null_zone() -> None:
     for local_date in (zt.local_date, hourly):
         got = df.select(local_date(pl.col("ts"), pl.col("z"))).to_series().to_list()
         assert got == want
+
+
+def test_add_working_days_skips_weekends_and_holidays_and_keeps_nulls() -> None:
+    """Fri 7 Nov 2025 + 1 working day is Mon 10 Nov; Mon 10 Nov + 1 is Wed 12 Nov (Tue 11 Nov
+    is Veterans Day); + 3 from Fri 7 Nov is Thu 13 Nov (Mon 10, Wed 12, Thu 13). A NULL day or
+    count gives NULL."""
+    cal = R.working_calendar()
+    df = pl.DataFrame(
+        {"d": [date(2025, 11, 7), date(2025, 11, 10), date(2025, 11, 7), None, date(2025, 11, 7)],
+         "n": [1, 1, 3, 1, None]},
+        schema={"d": pl.Date, "n": pl.Int32},
+    )
+    got = df.select(cal.add_working_days(pl.col("d"), pl.col("n"))).to_series().to_list()
+    assert got == [date(2025, 11, 10), date(2025, 11, 12), date(2025, 11, 13), None, None]
