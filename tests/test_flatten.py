@@ -17,7 +17,7 @@ FETCHED = dt.datetime(2026, 11, 20, 12, tzinfo=dt.UTC)
 
 
 def _both(fn: Any, records: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> pa.Table:
-    args = (records, FETCHED) if fn not in (flatten.holds_table, flatten.fees_table) else (records,)
+    args = (records, FETCHED)
     fast = fn(*args)
     monkeypatch.setattr(flatten, "FAST_PATH", False)
     slow = fn(*args)
@@ -158,7 +158,7 @@ def test_fields_the_api_adds_to_holds_and_fees_land_as_columns() -> None:
         ]}},
         {"id": "c2", "attributes": {"holds_at_pod_terminal": []}},
     ]
-    rows = flatten.holds_table(records).to_pylist()
+    rows = flatten.holds_table(records, FETCHED).to_pylist()
     assert [(r["container_id"], r["position"], r["_deleted"]) for r in rows] == [
         ("c1", 0, False), ("c1", 1, False), ("c2", -1, True)]
     assert [r["placed_at"] for r in rows] == ["2026-01-02T03:04:05Z", None, None]

@@ -23,6 +23,7 @@ import pyarrow as pa
 from dlt.sources import DltResource
 
 from pipelines._memory import release_unused
+from pipelines.config import DATASET
 from pipelines.terminal49 import settings
 from pipelines.terminal49.client import Terminal49Client
 from pipelines.terminal49.pages import Claims
@@ -30,12 +31,30 @@ from pipelines.terminal49.scan import ListScan, ProgressCallback
 
 _MERGE: Any = {"disposition": "merge", "strategy": "delete-insert"}
 _NEWEST_WINS: dict[str, Any] = {"fetched_at": {"dedup_sort": "desc", "data_type": "timestamp"}}
-_CHILD: dict[str, Any] = {
-    "write_disposition": _MERGE,
-    "merge_key": "container_id",
-    "primary_key": ("container_id", "position"),
-    "columns": {"_deleted": {"hard_delete": True, "data_type": "bool"}},
-}
+
+
+def _child(name: str) -> dict[str, Any]:
+    """Hints of a container's child table ``name`` (holds, fees): its rows replace all of the
+    container's rows (merge key ``container_id``), from the container's newest fetch only.
+
+    One load can fetch a container twice (reconciliation re-reads page 1, where a refreshed
+    container moves). Deduplicating by (container_id, position) alone kept rows of the older
+    fetch: a hold cleared between the two fetches stayed, and so did any position the newer
+    fetch no longer has. The source filter keeps the staging rows whose ``fetched_at`` is their
+    container's latest; it names columns unqualified, which resolve to the staging table both in
+    dlt's delete (an EXISTS over staging) and in its insert.
+    """
+    staging = f'"{DATASET}_staging"."{name}"'
+    newest = (
+        f'("container_id", "fetched_at") IN (SELECT "container_id", max("fetched_at") '
+        f'FROM {staging} GROUP BY "container_id")'
+    )
+    return {
+        "write_disposition": {**_MERGE, "source_filter": newest},
+        "merge_key": "container_id",
+        "primary_key": ("container_id", "position"),
+        "columns": {**_NEWEST_WINS, "_deleted": {"hard_delete": True, "data_type": "bool"}},
+    }
 
 
 def _json_hints(attributes: dict[str, Any]) -> dict[str, Any]:
@@ -53,8 +72,8 @@ def _parent(columns: dict[str, Any]) -> dict[str, Any]:
 #: Table name -> dlt hints. The order is the order tables are written in.
 TABLE_HINTS: dict[str, dict[str, Any]] = {
     "containers": _parent(_json_hints(settings.CONTAINER_ATTRIBUTES)),
-    "container_holds": _CHILD,
-    "container_fees": _CHILD,
+    "container_holds": _child("container_holds"),
+    "container_fees": _child("container_fees"),
     "shipments": _parent(_json_hints(settings.SHIPMENT_ATTRIBUTES)),
     "terminals": _parent(_json_hints(settings.TERMINAL_ATTRIBUTES)),
     "ports": _parent({}),

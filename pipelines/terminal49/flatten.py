@@ -329,11 +329,15 @@ def containers_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa
     return _table(records, cols, fetched_at)
 
 
+Fetched = dt.datetime | Sequence[dt.datetime]
+
+
 def _child_table(
     records: Sequence[Resource],
     array_name: str,
     columns: Sequence[str],
     types: Mapping[str, pa.DataType],
+    fetched_at: Fetched,
 ) -> pa.Table:
     """Rows of an array attribute keyed by (container_id, position in the array).
 
@@ -341,17 +345,22 @@ def _child_table(
     in their description). A container whose array is empty or null gets one tombstone row
     (``_deleted`` true, position -1) so that the merge, which replaces all rows of every
     container it sees, removes its previous rows: a hold that clears upstream disappears here.
+    Every row carries its container's ``fetched_at`` (one instant, or one per record), so that
+    a load holding two fetches of a container keeps the rows of the newest only.
     """
     owners: list[str] = []
     positions: list[int] = []
+    stamps: list[dt.datetime] = []
     kept: list[Mapping[str, Any]] = []  # the items, and {} for a tombstone
-    for r in records:
+    for n, r in enumerate(records):
         items = [
             i for i in (r.get("attributes") or {}).get(array_name) or [] if isinstance(i, dict)
         ]
+        stamp = fetched_at if isinstance(fetched_at, dt.datetime) else fetched_at[n]
         for position, item in enumerate(items or [{}]):
             owners.append(str(r["id"]))
             positions.append(position if items else -1)
+            stamps.append(stamp)
             kept.append(item)
     cols: dict[str, pa.Array] = {
         "container_id": pa.array(owners, pa.string()),
@@ -363,22 +372,30 @@ def _child_table(
     for c in columns:
         cols.update(_typed_array(c, [i.get(c) for i in kept], types.get(c, pa.string())))
     # a field the API adds to the items lands as a column too, typed by its values
-    cols.update(_extra_columns(kept, set(columns), [*cols, *columns, "_deleted"]))
+    cols.update(_extra_columns(kept, set(columns), [*cols, *columns, *_CHILD_OWN]))
     cols["_deleted"] = pa.array([p < 0 for p in positions], pa.bool_())
-    fields = [pa.field(k, v.type, nullable=k not in ("container_id", "position"))
+    cols["fetched_at"] = pa.array(stamps, settings.TS)
+    fields = [pa.field(k, v.type, nullable=k not in ("container_id", "position", "fetched_at"))
               for k, v in cols.items()]
     return pa.Table.from_arrays(list(cols.values()), schema=pa.schema(fields))
 
 
-def holds_table(records: Sequence[Resource]) -> pa.Table:
-    """``holds_at_pod_terminal`` as rows (container_id, position, name, status, description)."""
-    return _child_table(records, "holds_at_pod_terminal", settings.HOLD_COLUMNS, {})
+#: Columns :func:`_child_table` writes besides the items' fields.
+_CHILD_OWN = ("_deleted", "fetched_at")
 
 
-def fees_table(records: Sequence[Resource]) -> pa.Table:
-    """``fees_at_pod_terminal`` as rows (container_id, position, type, amount, currency_code)."""
+def holds_table(records: Sequence[Resource], fetched_at: Fetched) -> pa.Table:
+    """``holds_at_pod_terminal`` as rows (container_id, position, name, status, description,
+    fetched_at)."""
+    return _child_table(records, "holds_at_pod_terminal", settings.HOLD_COLUMNS, {}, fetched_at)
+
+
+def fees_table(records: Sequence[Resource], fetched_at: Fetched) -> pa.Table:
+    """``fees_at_pod_terminal`` as rows (container_id, position, type, amount, currency_code,
+    fetched_at)."""
     return _child_table(
-        records, "fees_at_pod_terminal", settings.FEE_COLUMNS, {"amount": pa.float64()}
+        records, "fees_at_pod_terminal", settings.FEE_COLUMNS, {"amount": pa.float64()},
+        fetched_at,
     )
 
 

@@ -88,8 +88,8 @@ def python_page(
     tables: dict[str, pa.Table] = {}
     if kind == "containers" and data:
         tables["containers"] = flatten.containers_table(data, fetched_at)
-        tables["container_holds"] = flatten.holds_table(data)
-        tables["container_fees"] = flatten.fees_table(data)
+        tables["container_holds"] = flatten.holds_table(data, fetched_at)
+        tables["container_fees"] = flatten.fees_table(data, fetched_at)
     shipments = flatten.of_types(data if kind == "shipments" else included, ("shipment",))
     if shipments:
         tables["shipments"] = flatten.shipments_table(shipments, fetched_at)

@@ -366,8 +366,9 @@ class _Batch:
             stamps = pa.array([at for at, _, _ in recs], TS)
             if table == "containers":
                 flat = flatten.containers_table(resources, epoch)
-                out["container_holds"] = flatten.holds_table(resources)
-                out["container_fees"] = flatten.fees_table(resources)
+                at = [at for at, _, _ in recs]  # each container's rows carry its instant
+                out["container_holds"] = flatten.holds_table(resources, at)
+                out["container_fees"] = flatten.fees_table(resources, at)
             elif table == "shipments":
                 flat = flatten.shipments_table(resources, epoch)
             elif table == "terminals":
