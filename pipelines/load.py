@@ -27,7 +27,13 @@ from dlt.destinations.impl.duckdb.configuration import DuckDbCredentials
 from dlt.pipeline.exceptions import PipelineStepFailed
 
 from pipelines._memory import fewer_collections, release_unused
-from pipelines.config import DATASET, ApiSettings, ConfigError, resolve_duckdb_path
+from pipelines.config import (
+    DATASET,
+    ApiSettings,
+    ConfigError,
+    resolve_duckdb_path,
+    staging_dataset,
+)
 from pipelines.terminal49 import settings as t49
 from pipelines.terminal49 import terminal49_source
 from pipelines.terminal49.client import Terminal49Client, Terminal49Error
@@ -366,10 +372,10 @@ def _load_step(
 
 
 def empty_staging(con: duckdb.DuckDBPyConnection, dataset: str) -> None:
-    """Delete every row of dlt's staging tables for ``dataset`` (schema ``<dataset>_staging``,
-    dlt's default layout): they only carry a load's rows to its merge, and dlt empties them
-    again before it uses them."""
-    schema = f"{dataset}_staging"
+    """Delete every row of dlt's staging tables for ``dataset`` (see
+    :func:`pipelines.config.staging_dataset`): they only carry a load's rows to its merge, and
+    dlt empties them again before it uses them."""
+    schema = staging_dataset(dataset)
     for name in sorted(table_names(con, schema)):
         con.execute(f'DELETE FROM "{schema}"."{name}"')
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 from dlt.sources import DltResource
 
 from pipelines._memory import release_unused
-from pipelines.config import DATASET
+from pipelines.config import staging_dataset
 from pipelines.terminal49 import settings
 from pipelines.terminal49.client import Terminal49Client
 from pipelines.terminal49.pages import Claims
@@ -42,9 +42,12 @@ def _child(name: str) -> dict[str, Any]:
     fetch: a hold cleared between the two fetches stayed, and so did any position the newer
     fetch no longer has. The source filter keeps the staging rows whose ``fetched_at`` is their
     container's latest; it names columns unqualified, which resolve to the staging table both in
-    dlt's delete (an EXISTS over staging) and in its insert.
+    dlt's delete (an EXISTS over staging) and in its insert. dlt applies it after its
+    (container_id, position) dedup, so that dedup must keep the newest row too (``fetched_at``
+    sorted descending): otherwise a position both fetches have could keep the older row, which
+    the filter would then drop, and the newer one with it.
     """
-    staging = f'"{DATASET}_staging"."{name}"'
+    staging = f'"{staging_dataset()}"."{name}"'
     newest = (
         f'("container_id", "fetched_at") IN (SELECT "container_id", max("fetched_at") '
         f'FROM {staging} GROUP BY "container_id")'

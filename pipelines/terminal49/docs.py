@@ -21,6 +21,9 @@ TABLE_COMMENTS = {
     "ports": "Ports (UN/LOCODE) and metro areas referenced by shipments.",
 }
 
+_CHILD_FETCHED_AT = (
+    "The fetch of the container these rows come from (UTC); only its newest fetch's rows are kept."
+)
 COLUMN_COMMENTS: dict[str, dict[str, str]] = {
     "containers": {
         "id": "Terminal49 container id.",
@@ -41,14 +44,8 @@ COLUMN_COMMENTS: dict[str, dict[str, str]] = {
         "terminal_checked_at": "When the terminal was last checked; older than 7 days = stale.",
         "fetched_at": "When freetime fetched this version of the record (UTC).",
     },
-    "container_holds": {
-        "fetched_at": "The fetch of the container these rows come from (UTC); only its newest "
-        "fetch's rows are kept.",
-    },
-    "container_fees": {
-        "fetched_at": "The fetch of the container these rows come from (UTC); only its newest "
-        "fetch's rows are kept.",
-    },
+    "container_holds": {"fetched_at": _CHILD_FETCHED_AT},
+    "container_fees": {"fetched_at": _CHILD_FETCHED_AT},
     "shipments": {
         "pod_eta_at": "Estimated arrival at the port of discharge (shipment-owned field).",
         "pod_original_eta_at": "First ETA reported by the line; compare for ETA slip.",

@@ -329,7 +329,20 @@ def containers_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa
     return _table(records, cols, fetched_at)
 
 
+#: One instant for every record, or one per record.
 Fetched = dt.datetime | Sequence[dt.datetime]
+#: Columns :func:`_child_table` writes besides the items' fields.
+_CHILD_OWN = ("_deleted", "fetched_at")
+
+
+def _instants(fetched_at: Fetched, records_of_rows: Sequence[int]) -> pa.Array:
+    """The ``fetched_at`` column of rows that belong to records ``records_of_rows``.
+
+    Built from one converted value per instant: pyarrow converts a list of aware datetimes one
+    by one (about 0.7 µs each, 0.18 ms for a page's holds and fees)."""
+    if isinstance(fetched_at, dt.datetime):
+        return pa.repeat(pa.scalar(fetched_at, settings.TS), len(records_of_rows))
+    return pa.array(fetched_at, settings.TS).take(pa.array(records_of_rows, pa.int64()))
 
 
 def _child_table(
@@ -349,18 +362,17 @@ def _child_table(
     a load holding two fetches of a container keeps the rows of the newest only.
     """
     owners: list[str] = []
+    records_of_rows: list[int] = []
     positions: list[int] = []
-    stamps: list[dt.datetime] = []
     kept: list[Mapping[str, Any]] = []  # the items, and {} for a tombstone
     for n, r in enumerate(records):
         items = [
             i for i in (r.get("attributes") or {}).get(array_name) or [] if isinstance(i, dict)
         ]
-        stamp = fetched_at if isinstance(fetched_at, dt.datetime) else fetched_at[n]
         for position, item in enumerate(items or [{}]):
             owners.append(str(r["id"]))
+            records_of_rows.append(n)
             positions.append(position if items else -1)
-            stamps.append(stamp)
             kept.append(item)
     cols: dict[str, pa.Array] = {
         "container_id": pa.array(owners, pa.string()),
@@ -374,7 +386,7 @@ def _child_table(
     # a field the API adds to the items lands as a column too, typed by its values
     cols.update(_extra_columns(kept, set(columns), [*cols, *columns, *_CHILD_OWN]))
     cols["_deleted"] = pa.array([p < 0 for p in positions], pa.bool_())
-    cols["fetched_at"] = pa.array(stamps, settings.TS)
+    cols["fetched_at"] = _instants(fetched_at, records_of_rows)
     fields = [pa.field(k, v.type, nullable=k not in ("container_id", "position", "fetched_at"))
               for k, v in cols.items()]
     return pa.Table.from_arrays(list(cols.values()), schema=pa.schema(fields))

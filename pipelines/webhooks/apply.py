@@ -363,12 +363,13 @@ class _Batch:
         epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
         for table, recs in by_table.items():
             resources = [r for _, r, _ in recs]
-            stamps = pa.array([at for at, _, _ in recs], TS)
+            instants = [at for at, _, _ in recs]
+            stamps = pa.array(instants, TS)
             if table == "containers":
                 flat = flatten.containers_table(resources, epoch)
-                at = [at for at, _, _ in recs]  # each container's rows carry its instant
-                out["container_holds"] = flatten.holds_table(resources, at)
-                out["container_fees"] = flatten.fees_table(resources, at)
+                # each container's holds and fees carry that container's instant
+                out["container_holds"] = flatten.holds_table(resources, instants)
+                out["container_fees"] = flatten.fees_table(resources, instants)
             elif table == "shipments":
                 flat = flatten.shipments_table(resources, epoch)
             elif table == "terminals":
