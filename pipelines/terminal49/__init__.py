@@ -64,22 +64,34 @@ def _json_hints(attributes: dict[str, Any]) -> dict[str, Any]:
     return {k: {"data_type": "json"} for k, v in attributes.items() if v == settings.JSON}
 
 
-def _parent(columns: dict[str, Any]) -> dict[str, Any]:
+def _parent(name: str, columns: dict[str, Any]) -> dict[str, Any]:
+    """Hints of a table of records (one row per ``id``): each id's newest fetch wins.
+
+    dlt's own deduplication numbers the staging rows of each id (a window over whole rows),
+    whose memory grows with the load: under the writer's bounded DuckDB memory (see
+    ``pipelines.load.WRITER_CONFIG``) a load of 1,000,000 containers ran out of it. The source
+    filter picks the same rows by an aggregate over two narrow columns instead (DuckDB's
+    ``rowid`` of the staging row with the latest ``fetched_at`` per id; exactly one per id,
+    ties included), so dlt is told the rows are deduplicated. Unqualified, ``rowid`` is the
+    staging row's in both dlt's delete and its insert (see :func:`_child`).
+    """
+    staging = f'"{staging_dataset()}"."{name}"'
+    newest = f'rowid IN (SELECT arg_max(rowid, "fetched_at") FROM {staging} GROUP BY "id")'
     return {
-        "write_disposition": _MERGE,
+        "write_disposition": {**_MERGE, "source_filter": newest, "deduplicated": True},
         "primary_key": "id",
-        "columns": {**_NEWEST_WINS, **columns},
+        "columns": {"fetched_at": {"data_type": "timestamp"}, **columns},
     }
 
 
 #: Table name -> dlt hints. The order is the order tables are written in.
 TABLE_HINTS: dict[str, dict[str, Any]] = {
-    "containers": _parent(_json_hints(settings.CONTAINER_ATTRIBUTES)),
+    "containers": _parent("containers", _json_hints(settings.CONTAINER_ATTRIBUTES)),
     "container_holds": _child("container_holds"),
     "container_fees": _child("container_fees"),
-    "shipments": _parent(_json_hints(settings.SHIPMENT_ATTRIBUTES)),
-    "terminals": _parent(_json_hints(settings.TERMINAL_ATTRIBUTES)),
-    "ports": _parent({}),
+    "shipments": _parent("shipments", _json_hints(settings.SHIPMENT_ATTRIBUTES)),
+    "terminals": _parent("terminals", _json_hints(settings.TERMINAL_ATTRIBUTES)),
+    "ports": _parent("ports", {}),
 }
 
 
