@@ -8,9 +8,9 @@ batches of about ``settings.BATCH_RECORDS`` records: dlt's cost per item is larg
 and a page's parsed JSON is dropped as soon as it is flat, so the scan holds a few pages at
 a time, whatever the account's size (only the set of ids seen grows with it).
 
-Every table merges on its primary key; the newest fetch of a record wins (``fetched_at`` is the
-dedup sort key), so running a load twice leaves the same rows, and a container whose holds or
-fees become empty loses its old child rows.
+Every table merges on its primary key; the newest fetch of a record wins (by ``fetched_at``:
+see :func:`_parent` and :func:`_child`), so running a load twice leaves the same rows, and a
+container whose holds or fees become empty loses its old child rows.
 """
 
 from __future__ import annotations
