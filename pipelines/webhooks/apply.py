@@ -363,13 +363,12 @@ class _Batch:
         epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
         for table, recs in by_table.items():
             resources = [r for _, r, _ in recs]
-            instants = [at for at, _, _ in recs]
-            stamps = pa.array(instants, TS)
+            stamps = pa.array([at for at, _, _ in recs], TS)
             if table == "containers":
                 flat = flatten.containers_table(resources, epoch)
                 # each container's holds and fees carry that container's instant
-                out["container_holds"] = flatten.holds_table(resources, instants)
-                out["container_fees"] = flatten.fees_table(resources, instants)
+                out["container_holds"] = flatten.holds_table(resources, stamps)
+                out["container_fees"] = flatten.fees_table(resources, stamps)
             elif table == "shipments":
                 flat = flatten.shipments_table(resources, epoch)
             elif table == "terminals":
