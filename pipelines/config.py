@@ -15,12 +15,12 @@ DEFAULT_BASE_URL = "https://api.terminal49.com/v2"
 DEFAULT_DUCKDB_PATH = Path("data") / "freetime.duckdb"
 DEFAULT_RATE_LIMIT_PER_MINUTE = 100
 DATASET = "terminal49"
+ANALYTICS_SCHEMA = "analytics"
 
 
 def staging_dataset(dataset: str = DATASET) -> str:
     """The schema where dlt stages a merge of ``dataset`` (dlt's default layout)."""
     return f"{dataset}_staging"
-ANALYTICS_SCHEMA = "analytics"
 
 
 class ConfigError(Exception):

@@ -33,6 +33,11 @@ _MERGE: Any = {"disposition": "merge", "strategy": "delete-insert"}
 _NEWEST_WINS: dict[str, Any] = {"fetched_at": {"dedup_sort": "desc", "data_type": "timestamp"}}
 
 
+def _staged(name: str) -> str:
+    """Table ``name`` in dlt's staging schema, for a source filter's subquery."""
+    return f'"{staging_dataset()}"."{name}"'
+
+
 def _child(name: str) -> dict[str, Any]:
     """Hints of a container's child table ``name`` (holds, fees): its rows replace all of the
     container's rows (merge key ``container_id``), from the container's newest fetch only.
@@ -47,10 +52,9 @@ def _child(name: str) -> dict[str, Any]:
     sorted descending): otherwise a position both fetches have could keep the older row, which
     the filter would then drop, and the newer one with it.
     """
-    staging = f'"{staging_dataset()}"."{name}"'
     newest = (
         f'("container_id", "fetched_at") IN (SELECT "container_id", max("fetched_at") '
-        f'FROM {staging} GROUP BY "container_id")'
+        f'FROM {_staged(name)} GROUP BY "container_id")'
     )
     return {
         "write_disposition": {**_MERGE, "source_filter": newest},
@@ -75,8 +79,7 @@ def _parent(name: str, columns: dict[str, Any]) -> dict[str, Any]:
     ties included), so dlt is told the rows are deduplicated. Unqualified, ``rowid`` is the
     staging row's in both dlt's delete and its insert (see :func:`_child`).
     """
-    staging = f'"{staging_dataset()}"."{name}"'
-    newest = f'rowid IN (SELECT arg_max(rowid, "fetched_at") FROM {staging} GROUP BY "id")'
+    newest = f'rowid IN (SELECT arg_max(rowid, "fetched_at") FROM {_staged(name)} GROUP BY "id")'
     return {
         "write_disposition": {**_MERGE, "source_filter": newest, "deduplicated": True},
         "primary_key": "id",
