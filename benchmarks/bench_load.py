@@ -1,10 +1,15 @@
 """Load benchmark: the full load against the sandbox versus a bare httpx download of the same pages.
 
-Run: uv run python benchmarks/bench_load.py [--sizes 20000 100000] [--rate-limited 25000]
+Run: uv run python benchmarks/bench_load.py [--sizes 20000 100000] [--repeat 3]
+[--rate-limited 25000]
 
 Prints, per account size: wall time of the full load (scan + flatten + dlt + DuckDB merge),
 containers per second, peak RSS of the loading process, and the wall time of a bare httpx loop
-(same concurrency, same pages) that only downloads. Then, with the sandbox limited to
+(same concurrency, same pages) that only downloads. Both run ``--repeat`` times, alternately,
+against one sandbox, each load into a new DuckDB file; the ratio is best load over best
+download. The sandbox's CPU time for the very same pages varies by up to 35% from one run to
+the next on this machine (2.97 s to 4.02 s for 20,000 containers), so one run of each gives a
+ratio anywhere between 1.4 and 1.9. Then, with the sandbox limited to
 100 requests per minute: share of the request budget used and share of answers that were 429.
 Targets: load <= 1.5 x bare download; peak RSS < 600 MB and flat in the account size;
 >= 90% of the budget used and < 1% answered 429.
@@ -84,22 +89,34 @@ def run_loader(base_url: str, key: str, db: Path, rate: float) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def bench_size(n: int) -> dict:
-    with SandboxProcess(containers=n, seed=49, clock=CLOCK, rate_limit=0) as sb:
-        bare_s, pages, nbytes = bare_download(sb.base_url, sb.api_key)
-        with tempfile.TemporaryDirectory() as tmp:
-            result = run_loader(sb.base_url, sb.api_key, Path(tmp) / "bench.duckdb", 1e9)
-    containers = result["rows"]["containers"]
+def bench_size(n: int, repeat: int = 3) -> dict:
+    """``repeat`` bare downloads and full loads, alternately; the best of each, every run's
+    times, and the highest peak RSS of the loads."""
+    bares: list[float] = []
+    loads: list[dict] = []
+    with (
+        SandboxProcess(containers=n, seed=49, clock=CLOCK, rate_limit=0) as sb,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        for k in range(repeat):
+            bare_s, pages, nbytes = bare_download(sb.base_url, sb.api_key)
+            bares.append(bare_s)
+            loads.append(run_loader(sb.base_url, sb.api_key, Path(tmp) / f"bench{k}.duckdb", 1e9))
+    best = min(loads, key=lambda r: r["seconds"])
+    containers = best["rows"]["containers"]
     return {
         "containers": n,
         "pages": pages,
         "mb_downloaded": nbytes / 1e6,
-        "bare_s": bare_s,
-        "load_s": result["seconds"],
-        "extract_s": result["extract_seconds"],
-        "ratio": result["seconds"] / bare_s,
-        "containers_per_s": containers / result["seconds"],
-        "peak_rss_mb": result["peak_rss_mb"],
+        "bare_s": min(bares),
+        "load_s": best["seconds"],
+        "extract_s": best["extract_seconds"],
+        "ratio": best["seconds"] / min(bares),
+        "containers_per_s": containers / best["seconds"],
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in loads),
+        "runs": " ".join(
+            f"{b:.1f}/{r['seconds']:.1f}" for b, r in zip(bares, loads, strict=True)
+        ),
     }
 
 
@@ -135,6 +152,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[20_000, 100_000])
     parser.add_argument(
+        "--repeat", type=int, default=3, help="bare downloads and loads per size (best counts)"
+    )
+    parser.add_argument(
         "--rate-limited",
         type=int,
         default=25_000,
@@ -143,13 +163,14 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for n in args.sizes:
-        r = bench_size(n)
+        r = bench_size(n, args.repeat)
         rows.append(r)
         print(
             f"{n:>7} containers: {r['pages']} pages, {r['mb_downloaded']:.0f} MB | bare download "
             f"{r['bare_s']:.1f}s | full load {r['load_s']:.1f}s (scan {r['extract_s']:.1f}s) "
             f"= {r['ratio']:.2f}x bare (target <= 1.5) | {r['containers_per_s']:.0f} containers/s "
-            f"| peak RSS {r['peak_rss_mb']:.0f} MB (target < 600)",
+            f"| peak RSS {r['peak_rss_mb']:.0f} MB (target < 600) | runs, bare/load s: "
+            f"{r['runs']}",
             flush=True,
         )
     if len(rows) >= 2:
