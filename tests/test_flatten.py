@@ -91,6 +91,39 @@ def test_timestamps_and_numbers_as_text_on_the_fast_path(monkeypatch) -> None:
     ]
 
 
+def test_an_unparseable_instant_on_the_fast_path_lands_beside_its_column(monkeypatch) -> None:
+    """Only a timestamp is odd: the struct conversion succeeds (it is text) and the one cast of
+    all timestamp columns fails; each column is then cast alone, and the odd ones keep their
+    text in ``__raw`` right after the column, as the column path has it."""
+    base = _captured()["containers"][0]
+    odd = copy.deepcopy(base)
+    odd["id"] = "odd-2"
+    odd["attributes"]["pod_discharged_at"] = "yesterday"
+    odd["attributes"]["import_deadlines"] = {"pickup_lfd_line": "soon"}
+    counted = _count(flatten._timestamps_one_by_one)
+    monkeypatch.setattr(flatten, "_timestamps_one_by_one", counted)
+    flatten.containers_table([base, odd], FETCHED)
+    assert counted.calls == 2  # the two odd columns, and only they, went value by value
+    out = _both(flatten.containers_table, [base, odd], monkeypatch)
+    names = out.column_names
+    for column, text in (("pod_discharged_at", "yesterday"), ("pickup_lfd_line", "soon")):
+        assert names[names.index(column) + 1] == f"{column}__raw"
+        assert out.column(column).to_pylist()[1] is None
+        assert out.column(f"{column}__raw").to_pylist() == [None, text]
+    assert out.column("pickup_lfd_terminal").to_pylist()[1] is None
+    assert "pickup_lfd_terminal__raw" not in names
+    assert "terminal_checked_at__raw" not in names
+
+
+def _count(fn: Any) -> Any:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        counted.calls += 1  # type: ignore[attr-defined]
+        return fn(*args, **kwargs)
+
+    counted.calls = 0  # type: ignore[attr-defined]
+    return counted
+
+
 def test_numbers_an_integer_column_cannot_hold_land_as_text(monkeypatch) -> None:
     """pyarrow truncates 40.5 into an int64 column and overflows on 2**63: both are kept whole
     in ``__raw`` instead (a whole float such as 40.0 is read as the integer), and only the odd

@@ -180,31 +180,59 @@ def _known_columns(
     """The declared columns, in declaration order.
 
     Fast path: one conversion of every record into a struct of the wire types (in C), then
-    one cast per timestamp column. Any value of another type makes that conversion fail; the
-    page then takes :func:`_typed_array` column by column, whose fallbacks (numbers sent as
-    text, ``__raw`` columns) decide what lands. Both paths give the same table.
+    one cast of all the timestamp columns (:func:`_cast_timestamps`). Any value of another type
+    makes that conversion fail; the page then takes :func:`_typed_array` column by column, whose
+    fallbacks (numbers sent as text, ``__raw`` columns) decide what lands. Both paths give the
+    same table.
     """
     struct = None
     wire, integers = _wire_of(known)
     if FAST_PATH and not any(_fractional(a.get(n) for a in attrs) for n in integers):
         with contextlib.suppress(*_UNCONVERTIBLE):
             struct = pa.array(attrs, wire)
-    cols: dict[str, pa.Array] = {}
-    children = iter(struct.flatten()) if struct is not None else None
-    for name, kind in known.items():
-        if kind == settings.JSON or children is None:
+    if struct is None:
+        cols: dict[str, pa.Array] = {}
+        for name, kind in known.items():
             cols.update(_typed_array(name, [a.get(name) for a in attrs], kind))
+        return cols
+    children = iter(struct.flatten())
+    landed: dict[str, dict[str, pa.Array]] = {}  # per column: it (and its __raw column)
+    texts: dict[pa.DataType, dict[str, pa.Array]] = {}  # timestamp columns still text, by type
+    for name, kind in known.items():
+        if kind == settings.JSON:
+            landed[name] = _typed_array(name, [a.get(name) for a in attrs], kind)
             continue
         arr = next(children)
         assert isinstance(kind, pa.DataType)
         if pa.types.is_timestamp(kind):
-            try:
-                arr = arr.cast(kind)
-            except _UNCONVERTIBLE:
-                cols.update(_timestamps_one_by_one(name, arr.to_pylist(), kind))
-                continue
-        cols[name] = arr
-    return cols
+            texts.setdefault(kind, {})[name] = arr
+        else:
+            landed[name] = {name: arr}
+    for kind, columns in texts.items():
+        landed.update(_cast_timestamps(columns, kind))
+    return {k: v for name in known for k, v in landed[name].items()}
+
+
+def _cast_timestamps(
+    texts: Mapping[str, pa.Array], kind: pa.DataType
+) -> dict[str, dict[str, pa.Array]]:
+    """Text columns of one length as ``kind``: per column, the column (and ``<name>__raw`` if
+    some values do not parse, see :func:`_timestamps_one_by_one`).
+
+    One cast for all: a page's two dozen casts of 100 values cost 0.25 ms one by one and
+    0.06 ms as one. If any value does not parse, each column is cast on its own."""
+    if len(texts) > 1:
+        with contextlib.suppress(*_UNCONVERTIBLE):
+            cast = pa.concat_arrays(list(texts.values())).cast(kind)
+            n = len(next(iter(texts.values())))
+            return {name: {name: cast.slice(k * n, n)} for k, name in enumerate(texts)}
+    out: dict[str, dict[str, pa.Array]] = {}
+    for name, text in texts.items():
+        try:
+            out[name] = {name: text.cast(kind)}
+        except _UNCONVERTIBLE:
+            out[name] = _timestamps_one_by_one(name, text.to_pylist(), kind)
+    return out
 
 
 def _attribute_columns(
@@ -322,6 +350,10 @@ def _table(
     return pa.Table.from_arrays(list(base.values()), schema=pa.schema(fields))
 
 
+#: ``import_deadlines``' fields, all instants (one mapping: :func:`_wire_of` caches by identity).
+_DEADLINES: Mapping[str, pa.DataType | str] = {n: settings.TS for n in settings.IMPORT_DEADLINES}
+
+
 def containers_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
     """One row per container: attributes, ``import_deadlines`` split, relationship ids."""
     cols = _attribute_columns(
@@ -335,8 +367,7 @@ def containers_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa
         ),
     )
     deadlines = [(r.get("attributes") or {}).get("import_deadlines") or {} for r in records]
-    for name in settings.IMPORT_DEADLINES:
-        cols.update(_typed_array(name, [d.get(name) for d in deadlines], settings.TS))
+    cols.update(_known_columns(deadlines, _DEADLINES))
     for array_name in settings.CONTAINER_CHILD_ARRAYS:
         cols[f"{array_name}_known"] = pa.array(
             [(r.get("attributes") or {}).get(array_name) is not None for r in records], pa.bool_()
