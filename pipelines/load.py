@@ -377,15 +377,7 @@ def _load_step(
     """
     try:
         with writing(path, retry_seconds=lock_retry_seconds, config=WRITER_CONFIG) as con:
-            try:
-                credentials = DuckDbCredentials(con)
-                info = (
-                    pipeline.load(credentials=credentials)
-                    if workers is None  # dlt's configuration decides
-                    else pipeline.load(credentials=credentials, workers=workers)
-                )
-            except PipelineStepFailed as exc:
-                raise LoadFailed(_describe(_root_cause(exc), exc.step)) from exc
+            info = _load_packages(pipeline, con, workers)
             if finish is not None:
                 finish(con)
             empty_staging(con, pipeline.dataset_name)
@@ -395,6 +387,47 @@ def _load_step(
             _locked_message(path, lock_retry_seconds)
             + "; the scanned data is kept and will be written by the next load"
         ) from exc
+
+
+#: DuckDB's buffer pool for the last try of a package that ran out of memory (see
+#: :func:`_load_packages`): the pool a load used before the 96 MB one.
+FALLBACK_MEMORY_LIMIT = "256MB"
+
+
+def _load_packages(
+    pipeline: dlt.Pipeline, con: duckdb.DuckDBPyConnection, workers: int | None
+) -> Any:
+    """dlt's load of every pending package through ``con``; LoadFailed if it fails.
+
+    A package whose writing runs out of DuckDB memory (a merge, or already the creation of the
+    tables) is tried again, one table at a time, and then once more with a buffer pool of
+    :data:`FALLBACK_MEMORY_LIMIT`: the one-table-at-a-time rule of :func:`write_source` is a
+    measured threshold, not a guarantee, and a package that failed would otherwise fail the same
+    way at every later load. Each try resumes the package where the last one stopped (dlt keeps
+    the jobs that finished), and every merge is one transaction.
+    """
+    tries: list[tuple[int | None, str | None]] = [(workers, None)]
+    if workers != 1:
+        tries.append((1, None))
+    tries.append((1, FALLBACK_MEMORY_LIMIT))
+    for n, (count, memory) in enumerate(tries):
+        if memory is not None:
+            con.execute(f"SET memory_limit = '{memory}'")
+        try:
+            credentials = DuckDbCredentials(con)
+            if count is None:  # dlt's configuration decides
+                return pipeline.load(credentials=credentials)
+            return pipeline.load(credentials=credentials, workers=count)
+        except PipelineStepFailed as exc:
+            cause = _root_cause(exc)
+            if not isinstance(cause, duckdb.OutOfMemoryException) or n == len(tries) - 1:
+                raise LoadFailed(_describe(cause, exc.step)) from exc
+            following = tries[n + 1]
+            log.warning(
+                "DuckDB ran out of memory writing the load; trying again one table at a time%s",
+                f" with a {following[1]} buffer pool" if following[1] else "",
+            )
+    raise AssertionError("unreachable")  # the last try returns or raises
 
 
 def empty_staging(con: duckdb.DuckDBPyConnection, dataset: str) -> None:

@@ -522,3 +522,25 @@ def test_a_warehouse_never_mixes_two_accounts(sandbox: Any, tmp_path: Path) -> N
     with pytest.raises(ConfigError, match="holds data loaded from https://api.terminal49.com/v2"):
         run_load(db, _api(sandbox))
     assert _dump(db) == before
+
+
+def test_a_merge_out_of_duckdb_memory_is_tried_again_and_lands(
+    sandbox: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A buffer pool too small for the write (4 MB: DuckDB runs out of memory with parallel
+    workers and with one) must not fail the load, nor every later load of the pending package:
+    the package is written again one table at a time, then with a larger pool."""
+    import pipelines.load as load
+
+    monkeypatch.setitem(load.WRITER_CONFIG, "memory_limit", "4MB")
+    db = tmp_path / "w.duckdb"
+    with caplog.at_level("WARNING", logger="freetime.load"):
+        summary = run_load(db, _api(sandbox))
+    retries = [r.getMessage() for r in caplog.records if "ran out of memory" in r.getMessage()]
+    assert retries == [
+        "DuckDB ran out of memory writing the load; trying again one table at a time",
+        "DuckDB ran out of memory writing the load; trying again one table at a time with a "
+        f"{load.FALLBACK_MEMORY_LIMIT} buffer pool",
+    ]
+    assert summary.rows["containers"] == len(sandbox.ground_truth()["containers"])
+    assert_equals_ground_truth(db, sandbox.ground_truth())
