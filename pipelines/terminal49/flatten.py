@@ -60,9 +60,10 @@ def _typed_array(name: str, values: list[Any], kind: pa.DataType | str) -> dict[
     assert isinstance(kind, pa.DataType)
     if pa.types.is_timestamp(kind):
         try:
-            return {name: pa.array(values, pa.string()).cast(kind)}
+            text = pa.array(values, pa.string())
         except _UNCONVERTIBLE:
             return _timestamps_one_by_one(name, values, kind)
+        return _timestamp_column(name, text, kind)
     lossy = pa.types.is_integer(kind) and _fractional(values)
     if not lossy:
         try:
@@ -190,16 +191,11 @@ def _known_columns(
     if FAST_PATH and not any(_fractional(a.get(n) for a in attrs) for n in integers):
         with contextlib.suppress(*_UNCONVERTIBLE):
             struct = pa.array(attrs, wire)
-    if struct is None:
-        cols: dict[str, pa.Array] = {}
-        for name, kind in known.items():
-            cols.update(_typed_array(name, [a.get(name) for a in attrs], kind))
-        return cols
-    children = iter(struct.flatten())
+    children = iter(struct.flatten()) if struct is not None else None
     landed: dict[str, dict[str, pa.Array]] = {}  # per column: it (and its __raw column)
     texts: dict[pa.DataType, dict[str, pa.Array]] = {}  # timestamp columns still text, by type
     for name, kind in known.items():
-        if kind == settings.JSON:
+        if kind == settings.JSON or children is None:
             landed[name] = _typed_array(name, [a.get(name) for a in attrs], kind)
             continue
         arr = next(children)
@@ -226,13 +222,16 @@ def _cast_timestamps(
             cast = pa.concat_arrays(list(texts.values())).cast(kind)
             n = len(next(iter(texts.values())))
             return {name: {name: cast.slice(k * n, n)} for k, name in enumerate(texts)}
-    out: dict[str, dict[str, pa.Array]] = {}
-    for name, text in texts.items():
-        try:
-            out[name] = {name: text.cast(kind)}
-        except _UNCONVERTIBLE:
-            out[name] = _timestamps_one_by_one(name, text.to_pylist(), kind)
-    return out
+    return {name: _timestamp_column(name, text, kind) for name, text in texts.items()}
+
+
+def _timestamp_column(name: str, text: pa.Array, kind: pa.DataType) -> dict[str, pa.Array]:
+    """Text column ``name`` as ``kind``; if a value does not parse, the column value by value
+    (:func:`_timestamps_one_by_one`: NULL there, its text in ``<name>__raw``)."""
+    try:
+        return {name: text.cast(kind)}
+    except _UNCONVERTIBLE:
+        return _timestamps_one_by_one(name, text.to_pylist(), kind)
 
 
 def _attribute_columns(
