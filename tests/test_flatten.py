@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from unittest.mock import Mock
 
+import orjson
 import pyarrow as pa
 import pytest
 from conftest import reference_json
 
-from pipelines.terminal49 import flatten
+from pipelines.terminal49 import flatten, pages
 
 FETCHED = dt.datetime(2026, 11, 20, 12, tzinfo=dt.UTC)
 
@@ -100,10 +105,10 @@ def test_an_unparseable_instant_on_the_fast_path_lands_beside_its_column(monkeyp
     odd["id"] = "odd-2"
     odd["attributes"]["pod_discharged_at"] = "yesterday"
     odd["attributes"]["import_deadlines"] = {"pickup_lfd_line": "soon"}
-    counted = _count(flatten._timestamps_one_by_one)
+    counted = Mock(wraps=flatten._timestamps_one_by_one)
     monkeypatch.setattr(flatten, "_timestamps_one_by_one", counted)
     flatten.containers_table([base, odd], FETCHED)
-    assert counted.calls == 2  # the two odd columns, and only they, went value by value
+    assert counted.call_count == 2  # the two odd columns, and only they, went value by value
     out = _both(flatten.containers_table, [base, odd], monkeypatch)
     names = out.column_names
     for column, text in (("pod_discharged_at", "yesterday"), ("pickup_lfd_line", "soon")):
@@ -113,15 +118,6 @@ def test_an_unparseable_instant_on_the_fast_path_lands_beside_its_column(monkeyp
     assert out.column("pickup_lfd_terminal").to_pylist()[1] is None
     assert "pickup_lfd_terminal__raw" not in names
     assert "terminal_checked_at__raw" not in names
-
-
-def _count(fn: Any) -> Any:
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        counted.calls += 1  # type: ignore[attr-defined]
-        return fn(*args, **kwargs)
-
-    counted.calls = 0  # type: ignore[attr-defined]
-    return counted
 
 
 def test_numbers_an_integer_column_cannot_hold_land_as_text(monkeypatch) -> None:
@@ -210,14 +206,6 @@ def test_integer_ids_and_types_in_relationships_land_as_text() -> None:
 def test_pages_are_flattened_one_at_a_time_whatever_thread_fetched_them(monkeypatch) -> None:
     """Four fetching threads never flatten at once: their GIL hand-overs cost 2.6 times the CPU
     (see ``pages._FLATTENING``)."""
-    import threading
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
-    import orjson
-
-    from pipelines.terminal49 import pages
-
     body = orjson.dumps(reference_json("responses/container-with-shipment.json"))
     running, most = 0, 0
     count = threading.Lock()
