@@ -62,6 +62,34 @@ def resolve_duckdb_path(path: str | os.PathLike[str] | None) -> Path:
     return p
 
 
+def pipelines_dir_for(duckdb_path: Path) -> Path:
+    """dlt's working folder (load packages, local state) sits beside the warehouse file."""
+    return duckdb_path.parent / ".dlt-pipelines" / duckdb_path.stem
+
+
+def working_folder(duckdb_path: Path) -> Path:
+    """:func:`pipelines_dir_for` the warehouse, created if missing: every writer of the
+    warehouse (the load, webhook apply, documents) keeps its dlt packages and state there.
+
+    ConfigError when it cannot be created or written (a read-only folder, a file in its way):
+    dlt would otherwise fail with a bare ``OSError`` half way into setting up.
+    """
+    folder = pipelines_dir_for(duckdb_path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+    else:
+        if os.access(folder, os.W_OK | os.X_OK):
+            return folder
+        problem = "not writable"
+    raise ConfigError(
+        f"cannot use {folder} for the working files of loads into {duckdb_path} (dlt's "
+        f"packages and state, kept beside the warehouse): {problem}. Give --duckdb (or "
+        "FREETIME_DUCKDB) a path in a folder you can write"
+    )
+
+
 @dataclass(frozen=True)
 class ApiSettings:
     """How to reach the API. ``api_key`` is never printed: see ``__repr__``."""

@@ -33,6 +33,7 @@ from pipelines.config import (
     ConfigError,
     resolve_duckdb_path,
     staging_dataset,
+    working_folder,
 )
 from pipelines.terminal49 import settings as t49
 from pipelines.terminal49 import terminal49_source
@@ -96,11 +97,6 @@ class LoadSummary:
         return ", ".join(f"{t} {n}" for t, n in self.rows.items())
 
 
-def pipelines_dir_for(duckdb_path: Path) -> Path:
-    """dlt's working folder (load packages, local state) sits beside the warehouse file."""
-    return duckdb_path.parent / ".dlt-pipelines" / duckdb_path.stem
-
-
 class _DropDltNoise(logging.Filter):
     """Two dlt warnings that are pure noise here, dropped.
 
@@ -126,7 +122,8 @@ def make_pipeline(duckdb_path: Path, name: str = PIPELINE_NAME) -> dlt.Pipeline:
     """A dlt pipeline writing dataset ``terminal49`` of one warehouse file.
 
     Each writer (the load, webhook apply, documents) has its own ``name`` and so its own
-    working folder and state, all beside the warehouse file.
+    working folder and state, all beside the warehouse file (:func:`working_folder`: a
+    ConfigError when that folder cannot be created or written).
     """
     dlt_logger = logging.getLogger("dlt")
     if _DLT_NOISE not in dlt_logger.filters:
@@ -136,7 +133,7 @@ def make_pipeline(duckdb_path: Path, name: str = PIPELINE_NAME) -> dlt.Pipeline:
         pipeline_name=name,
         destination=dlt.destinations.duckdb(credentials),
         dataset_name=DATASET,
-        pipelines_dir=str(pipelines_dir_for(duckdb_path)),
+        pipelines_dir=str(working_folder(duckdb_path)),
     )
 
 

@@ -16,8 +16,8 @@ import duckdb
 import pytest
 
 from pipelines._memory import SCAN_GC_THRESHOLD
-from pipelines.config import ApiSettings, ConfigError
-from pipelines.load import PIPELINE_NAME, LoadFailed, pipelines_dir_for, run_load
+from pipelines.config import ApiSettings, ConfigError, pipelines_dir_for
+from pipelines.load import PIPELINE_NAME, LoadFailed, make_pipeline, run_load
 from pipelines.terminal49.docs import COLUMN_COMMENTS, TABLE_COMMENTS, apply_comments
 from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import WarehouseLocked
@@ -459,6 +459,20 @@ def test_bad_arguments_fail_before_the_sandbox_or_prefect_starts(tmp_path: Path)
         assert proc.returncode == 2 and "sandbox" not in out + err, err
         assert err.startswith(f"error: cannot open the warehouse {blocker}: "), err
         assert blocker.read_text() == "not a folder"
+    # a file where the writers' working folder goes (dlt failed with a bare NotADirectoryError)
+    room = tmp_path / "room"
+    room.mkdir()
+    (room / ".dlt-pipelines").write_text("in the way")
+    for args in (["run"], ["load", "--sandbox"]):
+        proc = _cli(*args, "--duckdb", str(room / "w.duckdb"))
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2 and "Traceback" not in err, err
+        assert "sandbox" not in out + err, err
+        working = room / ".dlt-pipelines" / "w"
+        assert err.startswith(f"error: cannot use {working} for the working files"), err
+    with pytest.raises(ConfigError, match="a path in a folder you can write"):
+        make_pipeline(room / "w.duckdb")  # webhook apply and documents meet it here
+    assert sorted(p.name for p in room.iterdir()) == [".dlt-pipelines"]
 
 
 def test_webhooks_apply_without_an_inbox_creates_nothing(tmp_path: Path) -> None:
