@@ -70,7 +70,7 @@ def bare_download(base_url: str, key: str) -> tuple[float, int, int]:
     pages = 0
     with httpx.Client(base_url=base_url, headers=headers, timeout=60) as client:
         for path, include in (("/containers", CONTAINER_INCLUDE), ("/shipments", SHIPMENT_INCLUDE)):
-            params = {"page[size]": 100, "include": include}
+            params: dict[str, int | str] = {"page[size]": 100, "include": include}
             first = client.get(path, params={**params, "page[number]": 1})
             total = first.json()["meta"]["total"]
             n = max(1, -(-total // 100))
@@ -135,6 +135,7 @@ def bench_size(n: int, repeat: int = 3, busy_core: bool = False) -> dict:
         SandboxProcess(containers=n, seed=49, clock=CLOCK, rate_limit=0) as sb,
         tempfile.TemporaryDirectory() as tmp,
     ):
+        assert sb.process is not None  # started by the with statement
         pid = sb.process.pid
         for k in range(repeat):
             before = _cpu_seconds(pid)
