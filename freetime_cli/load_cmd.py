@@ -21,13 +21,7 @@ from freetime_cli._common import (
     out,
     quiet_logging,
 )
-from pipelines.config import (
-    ApiSettings,
-    ConfigError,
-    resolve_duckdb_path,
-    resolve_rate_limit,
-    working_folder,
-)
+from pipelines.config import ApiSettings, ConfigError, resolve_duckdb_path, resolve_rate_limit
 from pipelines.warehouse import WarehouseError, check_usable
 
 if TYPE_CHECKING:  # dlt takes a second to import: only the command itself pays for it
@@ -53,9 +47,7 @@ def load(
     if sandbox and base_url:
         fail("--sandbox loads from the local sandbox; drop --base-url (or drop --sandbox)")
     try:
-        path = resolve_duckdb_path(duckdb)  # a bad path or rate fails before the sandbox
-        check_usable(path)
-        working_folder(path)
+        check_usable(resolve_duckdb_path(duckdb))  # a bad path or rate fails before the sandbox
         rate_limit = resolve_rate_limit(rate_limit)
         with contextlib.ExitStack() as stack:
             if sandbox:

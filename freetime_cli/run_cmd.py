@@ -274,15 +274,13 @@ def _run(duckdb: Path | None, as_of: str | None, limit: int) -> None:
     command_started = time.perf_counter()
     age = process_age()
     started = command_started - age if age is not None else None
-    from pipelines.config import ConfigError, resolve_duckdb_path, working_folder
+    from pipelines.config import ConfigError, resolve_duckdb_path
     from pipelines.warehouse import WarehouseUnusable, check_usable
 
     try:
         when = parse_as_of(as_of)
         # a bad path fails now, before the sandbox and the Prefect server start
-        path = resolve_duckdb_path(duckdb)
-        check_usable(path)
-        working_folder(path)
+        check_usable(resolve_duckdb_path(duckdb))
     except (ValueError, ConfigError, WarehouseUnusable) as exc:
         fail(str(exc))
     for key, value in PREFECT_QUIET_ENV.items():

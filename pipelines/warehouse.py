@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from pipelines.config import working_folder
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -76,12 +78,14 @@ def connect(
 
 
 def check_usable(path: str | Path) -> None:
-    """Raise WarehouseUnusable if ``path`` exists and is not a DuckDB file (a missing file is
-    created by the first write; a file another process holds is fine: writers wait for it)."""
-    if not Path(path).exists():
-        return
-    with contextlib.suppress(WarehouseLocked):
-        connect(path, read_only=True, retry_seconds=0).close()
+    """What a writer checks before it starts anything: WarehouseUnusable if ``path`` exists and
+    is not a DuckDB file (a missing file is created by the first write; a file another process
+    holds is fine: writers wait for it), then ConfigError if the writers' working folder beside
+    it cannot be used (:func:`pipelines.config.working_folder`)."""
+    if Path(path).exists():
+        with contextlib.suppress(WarehouseLocked):
+            connect(path, read_only=True, retry_seconds=0).close()
+    working_folder(Path(path))
 
 
 @contextlib.contextmanager
