@@ -106,6 +106,13 @@ def _cpu_seconds(pid: int) -> float:
         return float("nan")
 
 
+def _bare_with_cpu(sb: SandboxProcess, pid: int) -> tuple[float, int, int, float]:
+    """:func:`bare_download` against ``sb`` (process ``pid``), and the sandbox's CPU seconds."""
+    before = _cpu_seconds(pid)
+    seconds, pages, nbytes = bare_download(sb.base_url, sb.api_key)
+    return seconds, pages, nbytes, _cpu_seconds(pid) - before
+
+
 @contextlib.contextmanager
 def _busy_core() -> Iterator[None]:
     """Another process spinning in pure Python for the duration of the block."""
@@ -138,20 +145,16 @@ def bench_size(n: int, repeat: int = 3, busy_core: bool = False) -> dict:
         assert sb.process is not None  # started by the with statement
         pid = sb.process.pid
         for k in range(repeat):
-            before = _cpu_seconds(pid)
-            bare_s, pages, nbytes = bare_download(sb.base_url, sb.api_key)
+            bare_s, pages, nbytes, bare_cpu = _bare_with_cpu(sb, pid)
             bares.append(bare_s)
-            between = _cpu_seconds(pid)
+            before = _cpu_seconds(pid)
             loads.append(run_loader(sb.base_url, sb.api_key, Path(tmp) / f"bench{k}.duckdb", 1e9))
-            after = _cpu_seconds(pid)
-            cpu.append(
-                f"{between - before:.1f}/{after - between:.1f}+{loads[-1]['cpu_s']:.1f}"
-            )
+            load_cpu = _cpu_seconds(pid) - before
+            cpu.append(f"{bare_cpu:.1f}/{load_cpu:.1f}+{loads[-1]['cpu_s']:.1f}")
         for _ in range(repeat if busy_core else 0):
             with _busy_core():
-                before = _cpu_seconds(pid)
-                busy_s = bare_download(sb.base_url, sb.api_key)[0]
-                busy.append((busy_s, _cpu_seconds(pid) - before))
+                busy_s, _, _, busy_cpu = _bare_with_cpu(sb, pid)
+                busy.append((busy_s, busy_cpu))
     best = min(loads, key=lambda r: r["seconds"])
     containers = best["rows"]["containers"]
     return {
