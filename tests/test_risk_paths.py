@@ -171,6 +171,27 @@ def test_hash_collision_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     assert got == [[1, 2, 0], [1, None, 0, None]]
 
 
+def test_per_container_groups_by_container_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Holds and fees rows grouped by their container's row: an id on two rows feeds both, rows
+    of no container (or a NULL id) are left out, and hash collisions do not join wrong rows."""
+    ids = pl.Series(["a", "b", None, "a", "q"])
+    rows = pl.LazyFrame({"container_id": ["a", "b", "zz", None, "q", "a"],
+                         "v": [1, 2, 4, 8, 16, 32]})
+
+    def sums() -> dict[int, int]:
+        (df,) = R._per_container(ids, [(rows, [pl.col("v").sum()])])
+        assert df.columns == ["_row", "v"]
+        return dict(df.iter_rows())
+
+    expect = {0: 33, 1: 2, 3: 33, 4: 16}
+    assert sums() == expect
+    # one-byte ids all share this "hash": matched on it alone, "b" would take "a"'s rows
+    monkeypatch.setattr(R, "_key_hash", lambda key: key.str.len_bytes().cast(pl.UInt64))
+    assert sums() == expect
+    monkeypatch.setattr(R, "HASH_JOIN", False)
+    assert sums() == expect
+
+
 def test_reason_codes_too_large_take_the_generic_path(
     monkeypatch: pytest.MonkeyPatch, tariffs: pl.DataFrame
 ) -> None:
