@@ -22,11 +22,14 @@ The rules (the long form is the README's section "Demurrage risk: the rules"):
 Performance (``benchmarks/bench_risk.py --breakdown`` shows where the time goes):
 
 * Eager preparation (:func:`risk_plan`): the inputs are collected once, together with the
-  per-shipment columns, the holds/fees aggregates per container, the distinct zone names and the
-  min/max of the instants. Shipment and holds/fees rows are attached by row index (left joins on
-  64-bit key hashes, every match checked against the key strings) and only the needed columns
-  gathered. Zones, carriers, ports and terminals become small integer codes.
-* Row level: ``with_columns`` layers of integer arithmetic and gathers from small tables built
+  per-shipment columns, the distinct zone names and the min/max of the instants. Each container
+  gets the row index of its shipment (a left join on 64-bit key hashes) and each hold and fee
+  the row index of its container (an inner join, the same way), by which the holds and fees are
+  aggregated; every hash match is checked against the key strings. Those joins run in polars'
+  streaming engine, beside the Python that builds the small tables. Zones, carriers, ports and
+  terminals become small integer codes.
+* Row level: the first ``with_columns`` layer gathers the shipments' and aggregates' columns by
+  those row indexes; then layers of integer arithmetic and gathers from small tables built
   for the value ranges present: per-zone "today" constants, local dates from an hourly date table
   (whole-hour zones, instants inside the calendar window; else per-zone offsets), tariff rows by
   a dense (carrier, port, equipment) code, costs and estimated LFDs from (tariff row, days)
