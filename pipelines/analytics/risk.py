@@ -219,6 +219,12 @@ def _key_hash(key: pl.Expr) -> pl.Expr:
     return pl.when(key.is_not_null()).then(key.hash())
 
 
+def _keys(k: pl.Series, hashed: bool) -> pl.LazyFrame:
+    """``k`` as the join key column ``k``: its hashes (:func:`_key_hash`) or the strings."""
+    lf = pl.LazyFrame({"k": k})
+    return lf.select(_key_hash(pl.col("k")).alias("k")) if hashed else lf
+
+
 def _in_left_order(df: pl.DataFrame, n: int) -> pl.Series:
     """``_i`` of a join result with one row per left row ``_l`` in ``0..n-1``, in ``_l`` order."""
     if df.height == n and df["_l"].is_sorted():
@@ -235,19 +241,15 @@ def _row_indexes(pairs: Sequence[tuple[pl.Series, pl.Series]]) -> list[pl.Series
     then checked against the strings, and a mismatch (a hash collision) falls back to the join
     on the strings themselves. Exact either way.
     """
-    def keys(k: pl.Series, hashed: bool) -> pl.LazyFrame:
-        lf = pl.LazyFrame({"k": k})
-        return lf.select(_key_hash(pl.col("k")).alias("k")) if hashed else lf
-
     def join(lk: pl.Series, rk: pl.Series, hashed: bool) -> pl.LazyFrame:
-        right = keys(rk, hashed).with_row_index("_i").with_columns(pl.col("_i").cast(pl.UInt32))
+        right = _keys(rk, hashed).with_row_index("_i").with_columns(pl.col("_i").cast(pl.UInt32))
         # in any order, each row with its left row index: maintain_order="left" costs more than
         # the scatter that puts the rows back in order (1M rows: 34 ms against 13 + 5 ms)
-        return keys(lk, hashed).with_row_index("_l").join(
+        return _keys(lk, hashed).with_row_index("_l").join(
             right.drop_nulls("k"), on="k", how="left").select("_l", "_i")
 
     # the hash joins and the checks that the right side's hashes are unique, all in parallel
-    unique = [keys(rk, True).drop_nulls().select(pl.col("k").n_unique() == pl.len())
+    unique = [_keys(rk, True).drop_nulls().select(pl.col("k").n_unique() == pl.len())
               for _, rk in pairs]
     plans = [join(lk, rk, HASH_JOIN) for lk, rk in pairs]
     done = pl.collect_all([*plans, *unique], engine=_JOIN_ENGINE)
@@ -286,13 +288,11 @@ def _per_container(
     median 479 ms against 540 with the holds and fees grouped by id and joined.
     """
     def plans(hashed: bool) -> list[pl.LazyFrame]:
-        key = _key_hash if hashed else (lambda e: e)
-        right = pl.LazyFrame({"_k": ids}).with_row_index("_row").select(
-            "_row", key(pl.col("_k")).alias("_k")).drop_nulls("_k")
+        right = _keys(ids, hashed).with_row_index("_row").drop_nulls("k")
+        key = _key_hash(pl.col("container_id")) if hashed else pl.col("container_id")
         out = []
         for rows, aggs in parts:
-            joined = rows.with_columns(_k=key(pl.col("container_id"))).join(
-                right, on="_k", how="inner")
+            joined = rows.with_columns(k=key).join(right, on="k", how="inner")
             if hashed:
                 joined = joined.with_columns(
                     _ok=pl.col("container_id") == pl.lit(ids).gather(pl.col("_row")))
@@ -842,10 +842,11 @@ def risk_plan(
     holds_txt = sorted(t for t in edf["_holds_txt"].unique().to_list() if t)
     edf = edf.with_columns(_hcode=(_codes(holds_txt)(col("_holds_txt")) + 1).fill_null(0))
     # containers without holds or fees get the defaults row (no lists to fill per row)
-    edf = pl.concat([edf.drop("_holds_txt"), pl.DataFrame([{
+    edf = edf.drop("_holds_txt")
+    edf = pl.concat([edf, pl.DataFrame([{
         "blocking_holds": [], "pending_holds": [], "_fees_sum": 0.0, "_dem_sum": 0.0,
         "_fee_rows": 0, "_nb": 0, "_hcode": 0,
-    }], schema=edf.drop("_holds_txt").schema)]).rechunk()
+    }], schema=edf.schema)]).rechunk()
     e_idx = pl.repeat(edf.height - 1, cdf.height, dtype=pl.UInt32, eager=True).scatter(
         edf["_row"][:-1], pl.int_range(edf.height - 1, dtype=pl.UInt32, eager=True))
     (s_idx,) = joins.result()  # ship keeps sdf's row order
