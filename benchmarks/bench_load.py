@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import resource
@@ -30,15 +31,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
 from pipelines.terminal49.settings import CONTAINER_INCLUDE, SHIPMENT_INCLUDE
 from sandbox.testing import SandboxProcess
 
+T = TypeVar("T")
 CLOCK = "2026-11-20T12:00:00Z"
 CONCURRENCY = 4
 
@@ -106,11 +109,11 @@ def _cpu_seconds(pid: int) -> float:
         return float("nan")
 
 
-def _bare_with_cpu(sb: SandboxProcess, pid: int) -> tuple[float, int, int, float]:
-    """:func:`bare_download` against ``sb`` (process ``pid``), and the sandbox's CPU seconds."""
+def _with_cpu(pid: int, run: Callable[[], T]) -> tuple[T, float]:
+    """``run()``, and the CPU seconds process ``pid`` (the sandbox) spent meanwhile."""
     before = _cpu_seconds(pid)
-    seconds, pages, nbytes = bare_download(sb.base_url, sb.api_key)
-    return seconds, pages, nbytes, _cpu_seconds(pid) - before
+    result = run()
+    return result, _cpu_seconds(pid) - before
 
 
 @contextlib.contextmanager
@@ -144,16 +147,18 @@ def bench_size(n: int, repeat: int = 3, busy_core: bool = False) -> dict:
     ):
         assert sb.process is not None  # started by the with statement
         pid = sb.process.pid
+        bare = functools.partial(bare_download, sb.base_url, sb.api_key)
         for k in range(repeat):
-            bare_s, pages, nbytes, bare_cpu = _bare_with_cpu(sb, pid)
+            (bare_s, pages, nbytes), bare_cpu = _with_cpu(pid, bare)
             bares.append(bare_s)
-            before = _cpu_seconds(pid)
-            loads.append(run_loader(sb.base_url, sb.api_key, Path(tmp) / f"bench{k}.duckdb", 1e9))
-            load_cpu = _cpu_seconds(pid) - before
-            cpu.append(f"{bare_cpu:.1f}/{load_cpu:.1f}+{loads[-1]['cpu_s']:.1f}")
+            db = Path(tmp) / f"bench{k}.duckdb"
+            load, load_cpu = _with_cpu(
+                pid, functools.partial(run_loader, sb.base_url, sb.api_key, db, 1e9))
+            loads.append(load)
+            cpu.append(f"{bare_cpu:.1f}/{load_cpu:.1f}+{load['cpu_s']:.1f}")
         for _ in range(repeat if busy_core else 0):
             with _busy_core():
-                busy_s, _, _, busy_cpu = _bare_with_cpu(sb, pid)
+                (busy_s, _, _), busy_cpu = _with_cpu(pid, bare)
                 busy.append((busy_s, busy_cpu))
     best = min(loads, key=lambda r: r["seconds"])
     containers = best["rows"]["containers"]
