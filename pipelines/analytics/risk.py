@@ -840,9 +840,10 @@ def risk_plan(
     edf = extras(hdf, fdf)
     # the holds text as a code into its few distinct values (0: none)
     holds_txt = sorted(t for t in edf["_holds_txt"].unique().to_list() if t)
-    edf = edf.with_columns(_hcode=(_codes(holds_txt)(col("_holds_txt")) + 1).fill_null(0))
-    # containers without holds or fees get the defaults row (no lists to fill per row)
-    edf = edf.drop("_holds_txt")
+    edf = edf.with_columns(
+        _hcode=(_codes(holds_txt)(col("_holds_txt")) + 1).fill_null(0)).drop("_holds_txt")
+    # containers without holds or fees get the defaults row, the last one (no lists to fill
+    # per row); every other container its own row of edf
     edf = pl.concat([edf, pl.DataFrame([{
         "blocking_holds": [], "pending_holds": [], "_fees_sum": 0.0, "_dem_sum": 0.0,
         "_fee_rows": 0, "_nb": 0, "_hcode": 0,
