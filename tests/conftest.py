@@ -1,4 +1,4 @@
-"""Shared fixtures. Reference data lives beside the repo, in ../shared/reference."""
+"""Shared fixtures. Vendor reference data the tests use is copied into ``tests/fixtures``."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-REFERENCE = REPO.parent / "shared" / "reference"
-T49 = REFERENCE / "terminal49"
+FIXTURES = REPO / "tests" / "fixtures"
+T49 = FIXTURES / "terminal49"
 
 
 def reference_json(relative: str) -> Any:
+    """A JSON fixture under ``tests/fixtures/terminal49`` (e.g. ``responses/....json``)."""
     return json.loads((T49 / relative).read_text())
 
 
