@@ -57,7 +57,7 @@ asyncio.run(main())
 def bench_throughput(tmp: Path, count: int, concurrency: int) -> float:
     proc, url = start_receiver_process(SECRET, tmp / "inbox-rate.sqlite")
     try:
-        example = REPO.parent / "shared/reference/terminal49/webhooks/container.updated.json"
+        example = REPO / "tests/fixtures/terminal49/webhooks/container.updated.json"
         out = subprocess.run(
             [sys.executable, "-c", CLIENT, url, str(count), str(concurrency), str(example), SECRET],
             cwd=REPO,

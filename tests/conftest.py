@@ -1,11 +1,21 @@
-"""Shared fixtures. Reference data lives beside the repo, in ../shared/reference."""
+"""Shared fixtures. Vendor reference data the tests use is copied into ``tests/fixtures``.
+
+This conftest also keeps the suite self-contained: an audit hook records every file the test
+process opens or lists in a folder that sat beside the repository when the session started
+(``../shared`` and the like), and the test, collector or session that did it fails, naming the
+file. A plain clone with nothing beside it must collect and pass.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import site
+import sys
+import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -13,12 +23,118 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-REFERENCE = REPO.parent / "shared" / "reference"
-T49 = REFERENCE / "terminal49"
+FIXTURES = REPO / "tests" / "fixtures"
+T49 = FIXTURES / "terminal49"
 
 
 def reference_json(relative: str) -> Any:
+    """A JSON fixture under ``tests/fixtures/terminal49`` (e.g. ``responses/....json``)."""
     return json.loads((T49 / relative).read_text())
+
+
+# ---- the repository reads only itself ---------------------------------------------------------
+class OutsideReads:
+    """Paths opened or listed in a sibling folder of the repository (``REPO.parent / name``).
+
+    Siblings are the entries beside the repository when the session starts, less dot-folders
+    (``~/.cache`` when the clone sits in a home folder) and the folders that hold Python itself
+    or the temporary files (the clone may sit in ``/tmp`` or beside a virtualenv). Paths are
+    compared as written (made absolute, not resolved), so a virtualenv whose files link to a
+    cache elsewhere does not count. Nothing is recorded for a clone at the filesystem's root.
+    """
+
+    EVENTS = frozenset({"open", "os.listdir", "os.scandir"})
+
+    def __init__(self, repo: Path) -> None:
+        self.outside = str(repo.parent)
+        self.lock = threading.Lock()
+        self.pending: list[str] = []
+        names: set[str] = set()
+        if repo.parent != repo.parent.parent:
+            names = {n for n in os.listdir(self.outside) if not n.startswith(".")} - {repo.name}
+        self.siblings = frozenset(names)
+        for root in (sys.prefix, sys.base_prefix, sys.exec_prefix, tempfile.gettempdir(),
+                     site.getusersitepackages(), *site.getsitepackages()):
+            self.exempt(root)
+
+    def exempt(self, root: str | Path) -> None:
+        """Stop recording in the sibling that holds ``root``."""
+        self.siblings = self.siblings - {self._sibling(os.path.abspath(root))}
+
+    def _sibling(self, path: str) -> str:
+        return os.path.relpath(path, self.outside).split(os.sep)[0]
+
+    def audit(self, event: str, args: tuple[Any, ...]) -> None:
+        if event not in self.EVENTS or not args or args[0] is None or isinstance(args[0], int):
+            return
+        try:
+            path = os.path.abspath(os.fsdecode(args[0]))
+        except (TypeError, ValueError):
+            return
+        if self._sibling(path) in self.siblings:
+            with self.lock:
+                self.pending.append(path)
+
+    def take(self) -> list[str]:
+        """The paths recorded since the last call, each once, in order."""
+        with self.lock:
+            out, self.pending = self.pending, []
+        return list(dict.fromkeys(out))
+
+
+_READS: OutsideReads | None = None
+
+
+def _message(paths: list[str]) -> str:
+    return "opened outside the repository (copy it into tests/fixtures): " + ", ".join(paths)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _READS
+    if _READS is None:  # audit hooks cannot be removed: one per process
+        _READS = OutsideReads(REPO)
+        sys.addaudithook(_READS.audit)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # The fixture ``tmp_path_factory`` returns this object; a hook has no public way to it.
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if _READS is not None and factory is not None:
+        _READS.exempt(factory.getbasetemp())  # --basetemp may name a sibling
+        _READS.exempt(factory.getbasetemp().parent)
+
+
+def _fail(report: pytest.TestReport | pytest.CollectReport) -> None:
+    paths = _READS.take() if _READS is not None else []
+    if not paths:
+        return
+    if report.outcome == "failed":
+        report.sections.append(("outside the repository", _message(paths)))
+    else:
+        report.outcome, report.longrepr = "failed", _message(paths)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector
+                               ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    report = yield
+    _fail(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    _fail(report)
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    paths = _READS.take() if _READS is not None else []
+    if paths:
+        sys.stderr.write(_message(paths) + "\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,8 @@
 """The sandbox over real HTTP: paging, errors, includes, determinism, world moves, faults, schemas.
 
 One module-scoped 500-container server serves most tests; a few tests start their own small
-server (rate limit, faults, determinism). Reference files are read from the repository's
-parent (``../shared/reference``).
+server (rate limit, faults, determinism). Captured responses and the vendor's OpenAPI schemas
+come from ``tests/fixtures/terminal49``.
 """
 
 from __future__ import annotations
@@ -20,14 +20,13 @@ from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
+from conftest import T49
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from sandbox.testing import SandboxProcess
 
-REF = Path(__file__).parents[2] / "shared" / "reference"
-T49 = REF / "terminal49"
 CLOCK = "2026-11-20T12:00:00Z"
 STATUSES = {
     "new", "on_ship", "available", "not_available", "grounded", "on_rail", "picked_up",

@@ -8,17 +8,16 @@ import base64
 import hashlib
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from conftest import T49
 
 from sandbox.documents import fake_pdf
 from sandbox.testing import SandboxProcess, WebhookReceiver
 
-REF = Path(__file__).resolve().parents[2] / "shared" / "reference"
-EXAMPLE = json.loads((REF / "terminal49" / "webhooks" / "document.extracted.json").read_text())
+EXAMPLE = json.loads((T49 / "webhooks" / "document.extracted.json").read_text())
 
 
 @pytest.fixture(scope="module")

@@ -11,18 +11,17 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from conftest import T49
 
 from sandbox import refdata as R
 from sandbox.model import Account
 from sandbox.testing import SandboxProcess, WebhookReceiver
 
-REF = Path(__file__).resolve().parents[2] / "shared" / "reference"
-EXAMPLES = REF / "terminal49" / "webhooks"
+EXAMPLES = T49 / "webhooks"
 CLOCK = "2026-11-20T12:00:00Z"
 CONTAINER_EXAMPLES = sorted(p.stem for p in EXAMPLES.glob("*.json")
                             if not p.stem.startswith("document."))
