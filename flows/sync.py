@@ -68,7 +68,9 @@ def _load_then_risk(
         timings["slot"] = elapsed(body_started)
         t = time.perf_counter()
         path = check_warehouse(duckdb_path)
-        load = load_account(path, base_url, rate_limit_per_minute, concurrency)
+        load = load_account(
+            path, base_url, rate_limit_per_minute, concurrency, full=True if reconcile else None
+        )
         # Webhook notifications received since (and during) the scan land on top of it.
         apply_webhooks(path, base_url, rate_limit_per_minute, reconcile)
         timings["load"] = elapsed(t)
@@ -105,8 +107,9 @@ def sync(
     tariffs_path: str | None = None,
     concurrency: int = 4,
 ) -> RunReport:
-    """Load the account (a full, reconciled scan), recompute demurrage risk as of ``as_of``
-    (default now), publish the at-risk table and the summary (with what changed)."""
+    """Load what changed since the last load (the first load of a warehouse is full),
+    recompute demurrage risk as of ``as_of`` (default now), publish the at-risk table and the
+    summary (with what changed)."""
     return _load_then_risk(
         "sync", duckdb_path, base_url, rate_limit_per_minute, as_of, tariffs_path, concurrency,
         reconcile=False,
@@ -122,9 +125,9 @@ def reconcile(
     tariffs_path: str | None = None,
     concurrency: int = 4,
 ) -> RunReport:
-    """The nightly full scan with reconciliation, then risk; the summary also compares the
-    warehouse's row counts with the API's totals. (Every load is a full reconciled scan
-    today; ``sync`` may become incremental, this one stays the full check.)"""
+    """The nightly full scan with reconciliation (it also removes what the API no longer
+    lists), then risk; the summary also compares the warehouse's row counts with the API's
+    totals."""
     return _load_then_risk(
         "reconcile", duckdb_path, base_url, rate_limit_per_minute, as_of, tariffs_path,
         concurrency, reconcile=True,

@@ -220,8 +220,11 @@ class LoadOutcome:
 
     def line(self) -> str:
         s = self.summary
+        removed = ", ".join(f"{t} {n}" for t, n in s.removed.items())
         return (
-            f"{s.table_counts_line()} rows in {s.seconds:.1f}s; {s.requests} requests "
+            f"{s.window_line()}; {s.table_counts_line()} rows written"
+            + (f", removed (no longer listed): {removed}" if removed else "")
+            + f" in {s.seconds:.1f}s; {s.requests} requests "
             f"({s.pages} pages, {s.reconcile_pages} to reconcile), {s.retries} retries, "
             f"{s.rate_limited} rate-limited"
         )
@@ -251,8 +254,10 @@ def load_account(
     base_url: str | None = None,
     rate_limit_per_minute: float | None = None,
     concurrency: int = 4,
+    full: bool | None = None,
 ) -> LoadOutcome:
-    """Scan the account into the warehouse (:func:`pipelines.load.run_load`).
+    """Scan the account into the warehouse (:func:`pipelines.load.run_load`; ``full``: a full
+    scan, None: incremental once the warehouse holds a completed load).
 
     The key comes from ``TERMINAL49_API_KEY`` or dlt secrets, resolved here. Raises
     ``ConfigError`` (no key), ``LoadFailed`` (the previous load stays) or ``WarehouseLocked``.
@@ -265,7 +270,7 @@ def load_account(
     def track(stats: ScanStats) -> None:
         scans[stats.kind] = stats
 
-    summary = run_load(duckdb_path, api, concurrency=concurrency, on_page=track)
+    summary = run_load(duckdb_path, api, full=full, concurrency=concurrency, on_page=track)
     outcome = LoadOutcome(
         summary=summary,
         api_totals={k: s.total for k, s in scans.items()},

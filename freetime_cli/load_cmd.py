@@ -21,7 +21,13 @@ from freetime_cli._common import (
     out,
     quiet_logging,
 )
-from pipelines.config import ApiSettings, ConfigError, resolve_duckdb_path, resolve_rate_limit
+from pipelines.config import (
+    ApiSettings,
+    ConfigError,
+    resolve_duckdb_path,
+    resolve_rate_limit,
+    resolve_writer_wait,
+)
 from pipelines.warehouse import WarehouseError, check_usable
 
 if TYPE_CHECKING:  # dlt takes a second to import: only the command itself pays for it
@@ -39,8 +45,26 @@ def load(
         float | None, typer.Option(help="Requests per minute (env TERMINAL49_RATE_LIMIT; 100).")
     ] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=16, help="Pages fetched at once.")] = 4,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Scan every container and shipment (and remove what the API no longer "
+            "lists) instead of only what changed since the last load.",
+        ),
+    ] = False,
+    wait: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds to wait for another writer of the warehouse "
+            "(env FREETIME_WRITER_WAIT; default 3600)."
+        ),
+    ] = None,
 ) -> None:
-    """Load the Terminal49 account (containers, shipments, holds, fees, terminals, ports)."""
+    """Load the Terminal49 account (containers, shipments, holds, fees, terminals, ports).
+
+    The first load of a warehouse is full; later ones ask only for what changed since the
+    last completed load, unless --full."""
     from pipelines.load import LoadFailed
 
     quiet_logging()
@@ -49,6 +73,7 @@ def load(
     try:
         check_usable(resolve_duckdb_path(duckdb))  # a bad path or rate fails before the sandbox
         rate_limit = resolve_rate_limit(rate_limit)
+        wait = resolve_writer_wait(wait)
         with contextlib.ExitStack() as stack:
             if sandbox:
                 url, key = stack.enter_context(embedded_sandbox())
@@ -58,7 +83,7 @@ def load(
                 )
             else:
                 api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit)
-            summary = load_with_progress(duckdb, api, concurrency)
+            summary = load_with_progress(duckdb, api, concurrency, full or None, wait)
     except (ConfigError, LoadFailed, WarehouseError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -67,7 +92,11 @@ def load(
 
 
 def load_with_progress(
-    duckdb: Path | str | None, api: ApiSettings, concurrency: int = 4
+    duckdb: Path | str | None,
+    api: ApiSettings,
+    concurrency: int = 4,
+    full: bool | None = None,
+    wait_seconds: float | None = None,
 ) -> LoadSummary:
     """Run the load with a live line: pages, records, request rate."""
     from pipelines.load import run_load
@@ -90,15 +119,26 @@ def load_with_progress(
                 )
             )
 
-        return run_load(duckdb, api, concurrency=concurrency, on_page=on_page)
+        def on_wait(line: str) -> None:
+            console.print(line, highlight=False)
+
+        return run_load(
+            duckdb, api, full=full, concurrency=concurrency, on_page=on_page, on_wait=on_wait,
+            wait_seconds=resolve_writer_wait(wait_seconds),
+        )
 
 
 def print_summary(summary: LoadSummary) -> None:
-    table = Table(title=f"Loaded into {summary.duckdb_path}", show_edge=False)
+    for warning in summary.warnings:
+        console.print(f"warning: {warning}", highlight=False)
+    table = Table(
+        title=f"Loaded into {summary.duckdb_path} ({summary.window_line()})", show_edge=False
+    )
     table.add_column("table")
     table.add_column("rows written", justify="right")
+    table.add_column("removed", justify="right")
     for name, rows in summary.rows.items():
-        table.add_row(name, str(rows))
+        table.add_row(name, str(rows), str(summary.removed.get(name, 0)))
     out.print(table)
     out.print(
         f"{summary.requests} requests ({summary.pages} pages, {summary.reconcile_pages} to "

@@ -62,6 +62,27 @@ def resolve_duckdb_path(path: str | os.PathLike[str] | None) -> Path:
     return p
 
 
+DEFAULT_WRITER_WAIT_S = 3600.0
+
+
+def resolve_writer_wait(value: float | None = None) -> float:
+    """Seconds a writer waits for another writer of the warehouse: ``value`` >
+    ``FREETIME_WRITER_WAIT`` > one hour. ConfigError for a value that is not a number >= 0."""
+    if value is None:
+        raw = os.environ.get("FREETIME_WRITER_WAIT")
+        if raw is None or not raw.strip():
+            return DEFAULT_WRITER_WAIT_S
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(
+                f"FREETIME_WRITER_WAIT must be a number of seconds: {raw!r}"
+            ) from None
+    if not value >= 0:
+        raise ConfigError(f"the writer wait must be a number of seconds >= 0: {value!r}")
+    return float(value)
+
+
 def pipelines_dir_for(duckdb_path: Path) -> Path:
     """dlt's working folder (load packages, local state) sits beside the warehouse file."""
     return duckdb_path.parent / ".dlt-pipelines" / duckdb_path.stem

@@ -34,7 +34,6 @@ from pipelines.terminal49.client import Terminal49Client, Terminal49Error
 
 DIRECT_UPLOADS_PATH = "/rails/active_storage/direct_uploads"
 DOCUMENTS_PATH = "/documents"
-PIPELINE_NAME = "freetime_documents"
 _ATTEMPTS = 4
 
 
@@ -241,17 +240,19 @@ def sync_documents(
     lock_retry_seconds: float = 30.0,
 ) -> dict[str, int]:
     """Load documents, email submissions and representations; rows written per table."""
-    from pipelines.load import make_pipeline, write_source
     from pipelines.terminal49.documents import DOCUMENT_TABLE_HINTS, documents_source
+    from pipelines.write import write, writer_lock
 
     api = api or ApiSettings.resolve()
     if not api.api_key:
         raise ConfigError("no API key: set TERMINAL49_API_KEY (or sources.terminal49.api_key)")
     path = resolve_duckdb_path(duckdb_path)
     client = Terminal49Client.for_api(api, transport=transport)
-    pipeline = make_pipeline(path, PIPELINE_NAME)
     try:
-        written = write_source(pipeline, documents_source(client), path, lock_retry_seconds)
+        with writer_lock(path, "documents sync"):
+            published = write(
+                "documents", documents_source(client), path, lock_retry_seconds=lock_retry_seconds
+            )
     finally:
         client.close()
-    return {t: written.rows.get(t, 0) for t in DOCUMENT_TABLE_HINTS}
+    return {t: published.written.get(t, 0) for t in DOCUMENT_TABLE_HINTS}

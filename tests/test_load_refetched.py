@@ -111,22 +111,3 @@ def test_a_container_fetched_twice_in_one_load_is_one_row_of_its_newest_fetch(
 
     assert _rows(db, "SELECT id, available_for_pickup FROM terminal49.containers ORDER BY id") == [
         ("c-aaaa", True), ("c-bbbb", False), ("c-cccc", False)]
-
-
-def test_a_large_package_is_written_one_table_at_a_time_with_the_same_rows(
-    loopback, tmp_path: Path, monkeypatch
-) -> None:
-    import pipelines.load as load_module
-
-    a_then = _container("c-aaaa", [HOLD], [FEE])
-    a_now = _container("c-aaaa", [], [FEE])
-    server = loopback(_serve([a_then], [_container("c-bbbb", [HOLD], []), a_now]))
-    db = tmp_path / "w.duckdb"
-    monkeypatch.setattr(load_module, "ONE_TABLE_AT_A_TIME_ROWS", 0)  # every package is large
-
-    run_load(db, ApiSettings(base_url=server.base_url, api_key=KEY))
-
-    assert _rows(db, "SELECT id FROM terminal49.containers ORDER BY id") == [
-        ("c-aaaa",), ("c-bbbb",)]
-    assert _rows(db, "SELECT container_id FROM terminal49.container_holds") == [("c-bbbb",)]
-    assert _rows(db, "SELECT container_id FROM terminal49.container_fees") == [("c-aaaa",)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
 import subprocess
@@ -15,12 +14,12 @@ from typing import Any
 import duckdb
 import pytest
 
-from pipelines._memory import SCAN_GC_THRESHOLD
 from pipelines.config import ApiSettings, ConfigError, pipelines_dir_for
-from pipelines.load import PIPELINE_NAME, LoadFailed, make_pipeline, run_load
+from pipelines.load import PIPELINE_NAME, LoadFailed, run_load
 from pipelines.terminal49.docs import COLUMN_COMMENTS, TABLE_COMMENTS, apply_comments
 from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import WarehouseLocked
+from pipelines.write import make_pipeline
 from sandbox.testing import SandboxProcess
 
 CLOCK = "2026-11-20T12:00:00Z"
@@ -119,12 +118,8 @@ def sandbox() -> Any:
 
 def test_tables_types_and_ground_truth(sandbox: Any, tmp_path: Path) -> None:
     db = tmp_path / "w.duckdb"
-    before = gc.get_threshold()
-    during: set[tuple[int, ...]] = set()
-    summary = run_load(db, _api(sandbox), on_page=lambda _: during.add(gc.get_threshold()))
+    summary = run_load(db, _api(sandbox))
     assert summary.rows["containers"] >= 400
-    # the collector runs less often while pages are parsed, and as before once the load is done
-    assert during == {(SCAN_GC_THRESHOLD, *before[1:])} and gc.get_threshold() == before
     assert_equals_ground_truth(db, sandbox.ground_truth())
     con = duckdb.connect(str(db), read_only=True)
     types = dict(
@@ -211,12 +206,12 @@ def test_second_load_leaves_identical_rows(sandbox: Any, tmp_path: Path) -> None
     run_load(db, _api(sandbox))
     assert _dump(db) == first
     assert _comments(db) == comments
-    with duckdb.connect(str(db), read_only=True) as con:  # dlt's staging copies are emptied
+    with duckdb.connect(str(db), read_only=True) as con:  # no copy of a load stays behind
         staged = _rows(con, "SELECT table_name FROM duckdb_tables() "
-                            "WHERE schema_name = 'terminal49_staging'")
+                            "WHERE schema_name = '_incoming_load' AND table_name NOT LIKE '_dlt%'")
         assert {"containers", "container_holds"} <= {t for (t,) in staged}
         for (table,) in staged:
-            assert _rows(con, f'SELECT count(*) FROM terminal49_staging."{table}"') == [(0,)]
+            assert _rows(con, f'SELECT count(*) FROM _incoming_load."{table}"') == [(0,)]
     with duckdb.connect(str(db)) as con:  # all in place: nothing is rewritten
         assert apply_comments(con, "terminal49") == 0
         con.execute("COMMENT ON TABLE terminal49.containers IS 'changed by hand'")
@@ -416,7 +411,6 @@ def test_unreachable_api_fails_cleanly_and_keeps_the_warehouse(
                        r"\(connection refused\); check TERMINAL49_BASE_URL"):
         run_load(db, bad)  # the full retry budget, yet it fails in seconds: never answered
     assert time.monotonic() - started < 15
-    assert gc.get_threshold()[0] < SCAN_GC_THRESHOLD  # restored after a failed load too
     assert _dump(db) == before
     proc = _cli("load", "--duckdb", str(db), "--base-url", "http://127.0.0.1:9/v2",
                 env={"TERMINAL49_API_KEY": "k"})
@@ -471,7 +465,7 @@ def test_bad_arguments_fail_before_the_sandbox_or_prefect_starts(tmp_path: Path)
         working = room / ".dlt-pipelines" / "w"
         assert err.startswith(f"error: cannot use {working} for the working files"), err
     with pytest.raises(ConfigError, match="a path in a folder you can write"):
-        make_pipeline(room / "w.duckdb")  # webhook apply and documents meet it here
+        make_pipeline(room / "w.duckdb", "webhooks")  # apply and documents meet it here
     assert sorted(p.name for p in room.iterdir()) == [".dlt-pipelines"]
 
 
@@ -536,25 +530,3 @@ def test_a_warehouse_never_mixes_two_accounts(sandbox: Any, tmp_path: Path) -> N
     with pytest.raises(ConfigError, match="holds data loaded from https://api.terminal49.com/v2"):
         run_load(db, _api(sandbox))
     assert _dump(db) == before
-
-
-def test_a_merge_out_of_duckdb_memory_is_tried_again_and_lands(
-    sandbox: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A buffer pool too small for the write (4 MB: DuckDB runs out of memory with parallel
-    workers and with one) must not fail the load, nor every later load of the pending package:
-    the package is written again one table at a time, then with a larger pool."""
-    import pipelines.load as load
-
-    monkeypatch.setitem(load.WRITER_CONFIG, "memory_limit", "4MB")
-    db = tmp_path / "w.duckdb"
-    with caplog.at_level("WARNING", logger="freetime.load"):
-        summary = run_load(db, _api(sandbox))
-    retries = [r.getMessage() for r in caplog.records if "ran out of memory" in r.getMessage()]
-    assert retries == [
-        "DuckDB ran out of memory writing the load; trying again one table at a time",
-        "DuckDB ran out of memory writing the load; trying again one table at a time with a "
-        f"{load.FALLBACK_MEMORY_LIMIT} buffer pool",
-    ]
-    assert summary.rows["containers"] == len(sandbox.ground_truth()["containers"])
-    assert_equals_ground_truth(db, sandbox.ground_truth())

@@ -20,7 +20,7 @@ import dlt
 import pyarrow as pa
 from dlt.sources import DltResource
 
-from pipelines.terminal49 import Batch, flatten, settings, table_resource
+from pipelines.terminal49 import Batch, column_hints, flatten, settings, table_resource
 from pipelines.terminal49.client import ApiError, Terminal49Client
 from pipelines.terminal49.scan import ScanIncomplete
 
@@ -64,16 +64,10 @@ REPRESENTATION_ATTRIBUTES: dict[str, pa.DataType | str] = {
     "updated_at": settings.TS,
 }
 
-_MERGE: Any = {"disposition": "merge", "strategy": "delete-insert"}
-
-
 def _hints(attributes: Mapping[str, pa.DataType | str]) -> dict[str, Any]:
-    json_cols = {k: {"data_type": "json"} for k, v in attributes.items() if v == settings.JSON}
-    return {
-        "write_disposition": _MERGE,
-        "primary_key": "id",
-        "columns": {"fetched_at": {"dedup_sort": "desc", "data_type": "timestamp"}, **json_cols},
-    }
+    return column_hints(
+        {k: {"data_type": "json"} for k, v in attributes.items() if v == settings.JSON}
+    )
 
 
 #: Table name -> dlt hints, like :data:`pipelines.terminal49.TABLE_HINTS`.

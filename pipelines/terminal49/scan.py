@@ -63,7 +63,9 @@ class ListScan:
         max_reconcile_passes: int = 3,
         on_page: ProgressCallback | None = None,
         claims: Claims | None = None,
+        filters: dict[str, str] | None = None,
     ) -> None:
+        self.filters = dict(filters or {})
         self.client = client
         self.path = path
         self.include = include
@@ -77,7 +79,7 @@ class ListScan:
         params: dict[str, Any] = {"page[number]": number, "page[size]": self.page_size}
         if self.include:
             params["include"] = self.include
-        return params
+        return {**params, **self.filters}
 
     def _fetch(self, number: int) -> ParsedPage:
         return self._page(self.client.get(self.path, self._params(number), self._parse))

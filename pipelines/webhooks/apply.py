@@ -21,12 +21,13 @@ Contract of :func:`apply_inbox`:
 - **freshness**: a record from a notification is stamped ``fetched_at`` = the notification's
   ``created_at`` (when the API produced the payload), never later than the moment it was
   received; a refreshed container is stamped with the time of its GET, like the full load.
-  A record is not written when the warehouse already holds that id with a later ``fetched_at``,
-  so a late or replayed notification never overwrites a newer full-load row.
+  The write (:func:`pipelines.write.write`) keeps the row with the later ``fetched_at`` inside
+  its transaction, so a late or replayed notification never overwrites a newer row, even when a
+  load runs at the same time; such records are counted as skipped.
 
-The warehouse is written through dlt (pipeline ``freetime_webhooks``, its own working folder
-beside the warehouse) with the same lock retry as the load. The inbox is never locked for long:
-the receiver keeps accepting while this runs.
+The warehouse is written through :mod:`pipelines.write` (writer ``webhooks``), which waits for
+any other writer of the warehouse. The inbox is never locked for long: the receiver keeps
+accepting while this runs.
 """
 
 from __future__ import annotations
@@ -45,9 +46,8 @@ import orjson
 import pyarrow as pa
 from dlt.sources import DltResource
 
-from pipelines.config import DATASET, resolve_duckdb_path
-from pipelines.load import make_pipeline, write_source
-from pipelines.terminal49 import TABLE_HINTS, flatten, settings
+from pipelines.config import resolve_duckdb_path
+from pipelines.terminal49 import TABLE_HINTS, column_hints, flatten, settings
 from pipelines.terminal49.client import ApiError, Terminal49Client, Terminal49Error
 from pipelines.terminal49.documents import (
     DOCUMENT_TABLE_HINTS,
@@ -55,7 +55,6 @@ from pipelines.terminal49.documents import (
     representation_owners,
     representations_table,
 )
-from pipelines.warehouse import reading
 from pipelines.webhooks.inbox import (
     Inbox,
     InboxRow,
@@ -64,16 +63,14 @@ from pipelines.webhooks.inbox import (
     default_inbox_path,
     notification_from_doc,
 )
+from pipelines.write import MERGES, Published, write, writer_lock
 
 log = logging.getLogger("freetime.webhooks")
 
-PIPELINE_NAME = "freetime_webhooks"
 NOTIFICATIONS_PATH = "/webhook_notifications"
 BATCH_NOTIFICATIONS = 5_000
 
 TS = settings.TS
-_MERGE: Any = {"disposition": "merge", "strategy": "delete-insert"}
-_NEWEST: dict[str, Any] = {"fetched_at": {"dedup_sort": "desc", "data_type": "timestamp"}}
 
 TRANSPORT_EVENT_ATTRIBUTES: dict[str, pa.DataType | str] = {
     "event": pa.string(),
@@ -105,28 +102,14 @@ ESTIMATED_EVENT_ATTRIBUTES: dict[str, pa.DataType | str] = {
 }
 ESTIMATED_EVENT_RELATIONSHIPS = ("shipment", "port", "vessel")
 
-#: Tables written only by webhooks, with their dlt hints.
+#: Tables written only by webhooks, with their dlt hints (merge rules: pipelines.write.MERGES).
 WEBHOOK_TABLE_HINTS: dict[str, dict[str, Any]] = {
-    "webhook_notifications": {
-        "write_disposition": _MERGE,
-        "primary_key": "id",
-        "columns": {"payload": {"data_type": "json"}},
-    },
-    "transport_events": {
-        "write_disposition": _MERGE,
-        "primary_key": "id",
-        "columns": dict(_NEWEST),
-    },
-    "estimated_events": {
-        "write_disposition": _MERGE,
-        "primary_key": "id",
-        "columns": dict(_NEWEST),
-    },
-    "container_changes": {
-        "write_disposition": _MERGE,
-        "primary_key": ("notification_id", "field"),
-        "columns": {"previous": {"data_type": "json"}, "current": {"data_type": "json"}},
-    },
+    "webhook_notifications": column_hints({"payload": {"data_type": "json"}}),
+    "transport_events": column_hints(),
+    "estimated_events": column_hints(),
+    "container_changes": column_hints(
+        {"previous": {"data_type": "json"}, "current": {"data_type": "json"}}
+    ),
 }
 ALL_HINTS: dict[str, dict[str, Any]] = {
     **TABLE_HINTS,
@@ -134,18 +117,6 @@ ALL_HINTS: dict[str, dict[str, Any]] = {
     **WEBHOOK_TABLE_HINTS,
 }
 
-#: Tables whose rows carry ``fetched_at`` and are guarded against older overwrites.
-_GUARDED = (
-    "containers",
-    "shipments",
-    "terminals",
-    "ports",
-    "documents",
-    "email_submissions",
-    "document_representations",
-    "transport_events",
-    "estimated_events",
-)
 #: JSON:API type -> the table its records land in.
 _TABLE_OF_TYPE = {
     "container": "containers",
@@ -344,17 +315,6 @@ class _Batch:
         )
 
     # -- flattening ----------------------------------------------------------------------------
-    def drop_older(self, existing: Mapping[str, Mapping[str, dt.datetime]]) -> int:
-        """Forget records the warehouse already has with a later ``fetched_at``."""
-        dropped = 0
-        for key in list(self.records):
-            table = _TABLE_OF_TYPE[key[0]]
-            have = existing.get(table, {}).get(key[1])
-            if have is not None and have > self.records[key][0]:
-                del self.records[key]
-                dropped += 1
-        return dropped
-
     def tables(self) -> dict[str, pa.Table]:
         by_table: dict[str, list[tuple[dt.datetime, dict[str, Any], str | None]]] = {}
         for (kind, _), rec in self.records.items():
@@ -445,34 +405,6 @@ def _notifications_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def _existing_fetched_at(
-    path: Path, wanted: Mapping[str, set[str]], lock_retry_seconds: float
-) -> dict[str, dict[str, dt.datetime]]:
-    """id -> fetched_at already in the warehouse, for the ids of each guarded table."""
-    out: dict[str, dict[str, dt.datetime]] = {}
-    if not path.exists() or not any(wanted.values()):
-        return out
-    with reading(path, retry_seconds=lock_retry_seconds) as con:
-        present = {
-            r[0]
-            for r in con.execute(
-                "SELECT table_name FROM information_schema.columns "
-                "WHERE table_schema = ? AND column_name = 'fetched_at'",
-                [DATASET],
-            ).fetchall()
-        }
-        for table, ids in wanted.items():
-            if table not in present or not ids:
-                continue
-            rows = con.execute(
-                f'SELECT id, max(fetched_at) FROM "{DATASET}"."{table}" '
-                "WHERE id IN (SELECT unnest(?)) GROUP BY id",
-                [sorted(ids)],
-            ).fetchall()
-            out[table] = {str(i): f for i, f in rows if f is not None}
-    return out
-
-
 @dlt.source(name="terminal49_webhooks", max_table_nesting=0)
 def _tables_source(tables: dict[str, pa.Table]) -> list[DltResource]:
     def one(table: pa.Table) -> Iterator[pa.Table]:
@@ -487,13 +419,14 @@ def _tables_source(tables: dict[str, pa.Table]) -> list[DltResource]:
 
 def write_tables(
     duckdb_path: Path, tables: dict[str, pa.Table], lock_retry_seconds: float = 30.0
-) -> dict[str, int]:
-    """Merge ``tables`` into the warehouse through dlt; rows written per table."""
+) -> Published:
+    """Merge ``tables`` into the warehouse (see :func:`pipelines.write.write`)."""
     if not tables:
-        return {}
-    pipeline = make_pipeline(duckdb_path, PIPELINE_NAME)
-    write_source(pipeline, _tables_source(tables), duckdb_path, lock_retry_seconds)
-    return {name: t.num_rows for name, t in tables.items()}
+        return Published()
+    with writer_lock(duckdb_path, "webhook apply"):
+        return write(
+            "webhooks", _tables_source(tables), duckdb_path, lock_retry_seconds=lock_retry_seconds
+        )
 
 
 def _refresh(
@@ -564,7 +497,7 @@ def apply_inbox(
     path = resolve_duckdb_path(duckdb_path)
     ipath = Path(inbox_path) if inbox_path else default_inbox_path(path)
     summary = ApplySummary(duckdb_path=path, inbox_path=ipath)
-    with Inbox(ipath) as inbox:
+    with writer_lock(path, "webhook apply"), Inbox(ipath) as inbox:
         if reconcile:
             if client is None:
                 raise ValueError("reconcile needs an API client")
@@ -620,14 +553,12 @@ def _apply_rows(
     elif batch.to_refresh:
         summary.unresolved += sorted(set(batch.to_refresh.values()))
     summary.unresolved += batch.unidentified
-    wanted: dict[str, set[str]] = {}
-    for kind, rid in batch.records:
-        wanted.setdefault(_TABLE_OF_TYPE[kind], set()).add(rid)
-    existing = _existing_fetched_at(path, wanted, lock_retry_seconds)
-    summary.skipped_older += batch.drop_older(existing)
-    tables = batch.tables()
-    for name, n in write_tables(path, tables, lock_retry_seconds).items():
+    published = write_tables(path, batch.tables(), lock_retry_seconds)
+    for name, n in published.written.items():
         summary.rows[name] = summary.rows.get(name, 0) + n
+    summary.skipped_older += sum(
+        n for name, n in published.skipped.items() if MERGES[name].parent is None
+    )
     inbox.mark_applied([r.id for r in rows], applied_at.isoformat())
     summary.notifications += len(rows) - len(batch.malformed)
     summary.malformed += len(batch.malformed)
