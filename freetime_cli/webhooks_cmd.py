@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -23,7 +25,10 @@ app = typer.Typer(no_args_is_help=True, help="Receive Terminal49 webhooks and ap
 @app.command("serve")
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0 = any free).")] = 8049,
+    port: Annotated[
+        int,
+        typer.Option(min=0, max=65535, help="Port (0 = any free; the sandbox's default is 8049)."),
+    ] = 8050,
     secret: Annotated[
         str | None,
         typer.Option(
@@ -38,15 +43,44 @@ def serve(
             help="Inbox file (env FREETIME_INBOX; default inbox.sqlite beside the warehouse)."
         ),
     ] = None,
+    request_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="Seconds a delivery may take to send its headers, and again its body "
+            "(slower: cut; a body also gets a 408).",
+        ),
+    ] = 10.0,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Connections served at once, beyond: 503 (default 4096, fewer if the "
+            "open-file limit is lower).",
+        ),
+    ] = None,
 ) -> None:
-    """Accept signed notifications (401 bad signature, 400 malformed) into the local inbox."""
+    """Accept signed notifications (401 bad signature, 400 malformed) into the local inbox.
+
+    Bodies over 10 MiB are refused (413), slow ones cut (408): see docs/webhooks.md.
+    """
     import uvicorn
 
     from pipelines.webhooks.inbox import Inbox, InboxUnusable, default_inbox_path
-    from pipelines.webhooks.receiver import PATH, create_app
+    from pipelines.webhooks.receiver import PATH, ReceiverLimits, create_app, uvicorn_config
+    from pipelines.webhooks.signing import check_secret
 
-    if not secret:
-        fail("no webhook secret: pass --secret or set FREETIME_WEBHOOK_SECRET")
+    try:
+        key = check_secret(secret)
+    except ValueError as exc:
+        fail(str(exc))
+    limits = ReceiverLimits(
+        head_timeout_s=request_timeout,
+        body_timeout_s=request_timeout,
+        read_timeout_s=min(5.0, request_timeout),
+    )
+    if max_connections is not None:
+        limits = dataclasses.replace(limits, max_connections=max_connections)
     inbox_path = inbox or default_inbox_path()
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -59,7 +93,7 @@ def serve(
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     try:
         Inbox(inbox_path).close()  # a folder or a file that is no inbox fails here, not later
-        web = create_app(secret, inbox_path)
+        web = create_app(key, inbox_path, limits)
     except InboxUnusable as exc:
         fail(str(exc))
     except Exception as exc:  # inbox folder not writable, ...
@@ -68,7 +102,7 @@ def serve(
     shown = f"[{host}]" if ":" in host else host
     print(f"url: http://{shown}:{bound}{PATH}", flush=True)
     print(f"inbox: {inbox_path}", flush=True)
-    config = uvicorn.Config(
+    config = uvicorn_config(
         web, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5
     )
     uvicorn.Server(config).run(sockets=[sock])
@@ -138,12 +172,17 @@ def apply(
 
 
 def start_receiver_process(
-    secret: str, inbox: Path, port: int = 0, timeout: float = 20.0
+    secret: str,
+    inbox: Path,
+    port: int = 0,
+    timeout: float = 20.0,
+    options: Sequence[str] = (),
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``freetime webhooks serve`` as a subprocess (for tests and benchmarks).
 
-    Returns the process and the URL it prints, once its ``/healthz`` answers. The caller
-    terminates (or kills) the process.
+    ``options`` are more ``serve`` options (e.g. ``["--request-timeout", "3"]``). Returns the
+    process and the URL it prints, once its ``/healthz`` answers. The caller terminates (or
+    kills) the process.
     """
     import httpx
 
@@ -158,6 +197,7 @@ def start_receiver_process(
             str(port),
             "--inbox",
             str(inbox),
+            *options,
         ],
         env={**os.environ, "FREETIME_WEBHOOK_SECRET": secret},
         stdout=subprocess.PIPE,
