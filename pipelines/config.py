@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 DEFAULT_BASE_URL = "https://api.terminal49.com/v2"
 DEFAULT_DUCKDB_PATH = Path("data") / "freetime.duckdb"
 DEFAULT_RATE_LIMIT_PER_MINUTE = 100
+#: Seconds an API that accepts connections may stay wholly silent before a load gives up.
+DEFAULT_STALL_SECONDS = 120.0
 DATASET = "terminal49"
 ANALYTICS_SCHEMA = "analytics"
 
@@ -113,17 +115,23 @@ def working_folder(duckdb_path: Path) -> Path:
 
 @dataclass(frozen=True)
 class ApiSettings:
-    """How to reach the API. ``api_key`` is never printed: see ``__repr__``."""
+    """How to reach the API. ``api_key`` is never printed: see ``__repr__``.
+
+    ``stall_seconds``: how long the API may accept connections without answering anything
+    before a load gives up (the clock restarts on every answer).
+    """
 
     base_url: str = DEFAULT_BASE_URL
     api_key: str | None = field(default=None, repr=False)
     rate_limit_per_minute: float = DEFAULT_RATE_LIMIT_PER_MINUTE
+    stall_seconds: float = DEFAULT_STALL_SECONDS
 
     def __repr__(self) -> str:  # the key must never reach logs or Prefect parameters
         key = "set" if self.api_key else "missing"
         return (
             f"ApiSettings(base_url={self.base_url!r}, api_key=<{key}>, "
-            f"rate_limit_per_minute={self.rate_limit_per_minute})"
+            f"rate_limit_per_minute={self.rate_limit_per_minute}, "
+            f"stall_seconds={self.stall_seconds})"
         )
 
     @classmethod
@@ -132,6 +140,7 @@ class ApiSettings:
         base_url: str | None = None,
         api_key: str | None = None,
         rate_limit_per_minute: float | None = None,
+        stall_seconds: float | None = None,
     ) -> ApiSettings:
         """Fill each unset value from env, then dlt config, then the default."""
         key = (
@@ -146,7 +155,10 @@ class ApiSettings:
             or DEFAULT_BASE_URL
         )
         rate = resolve_rate_limit(rate_limit_per_minute)
-        return cls(base_url=_checked_url(url), api_key=key, rate_limit_per_minute=rate)
+        return cls(
+            base_url=_checked_url(url), api_key=key, rate_limit_per_minute=rate,
+            stall_seconds=resolve_stall_seconds(stall_seconds),
+        )
 
 
 def resolve_rate_limit(rate: float | None = None) -> float:
@@ -165,6 +177,23 @@ def resolve_rate_limit(rate: float | None = None) -> float:
     if rate <= 0:
         raise ConfigError(f"rate limit must be positive, got {rate}")
     return rate
+
+
+def resolve_stall_seconds(seconds: float | None = None) -> float:
+    """The stall bound: ``seconds``, else env ``TERMINAL49_STALL_SECONDS``, else dlt config
+    ``sources.terminal49.stall_seconds``, else the default. ConfigError unless positive."""
+    if seconds is None:
+        env = os.environ.get("TERMINAL49_STALL_SECONDS")
+        raw = env if env else _dlt_value("sources.terminal49.stall_seconds")
+        try:
+            seconds = float(str(raw)) if raw not in (None, "") else DEFAULT_STALL_SECONDS
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"TERMINAL49_STALL_SECONDS must be a number of seconds, got {raw!r}"
+            ) from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(f"TERMINAL49_STALL_SECONDS must be a positive number, got {seconds}")
+    return seconds
 
 
 def _checked_url(url: str) -> str:

@@ -159,7 +159,7 @@ def run_load(
     summary.rate_limited = client.stats.rate_limited
     summary.pages = sum(s.pages for s in stats.values())
     summary.reconcile_pages = sum(s.reconcile_pages for s in stats.values())
-    summary.warnings = [w for s in stats.values() for w in getattr(s, "warnings", [])]
+    summary.warnings = [w for s in stats.values() for w in s.warnings]
     summary.seconds = time.monotonic() - started
     return summary
 

@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from unittest.mock import Mock
 
-import orjson
 import pyarrow as pa
 import pytest
 from conftest import reference_json
 
-from pipelines.terminal49 import flatten, pages
+from pipelines.terminal49 import flatten
 
 FETCHED = dt.datetime(2026, 11, 20, 12, tzinfo=dt.UTC)
 
@@ -201,30 +197,3 @@ def test_integer_ids_and_types_in_relationships_land_as_text() -> None:
                 "relationships": {"shipment": {"data": {"id": 42, "type": "shipment"}}}}]
     row = flatten.containers_table(records, FETCHED).to_pylist()[0]
     assert (row["id"], row["shipment_id"]) == ("7", "42")
-
-
-def test_pages_are_flattened_one_at_a_time_whatever_thread_fetched_them(monkeypatch) -> None:
-    """Four fetching threads never flatten at once: their GIL hand-overs cost 2.6 times the CPU
-    (see ``pages._FLATTENING``)."""
-    body = orjson.dumps(reference_json("responses/container-with-shipment.json"))
-    running, most = 0, 0
-    count = threading.Lock()
-    flatten_page = pages.python_page
-
-    def probe(*args: Any, **kwargs: Any) -> pages.ParsedPage:
-        nonlocal running, most
-        with count:
-            running += 1
-            most = max(most, running)
-        time.sleep(0.02)  # long enough for every other thread to arrive meanwhile
-        try:
-            return flatten_page(*args, **kwargs)
-        finally:
-            with count:
-                running -= 1
-
-    monkeypatch.setattr(pages, "python_page", probe)
-    with ThreadPoolExecutor(4) as pool:
-        parsed = list(pool.map(lambda _: pages.parse_page(body, "containers", FETCHED), range(8)))
-    assert [p.tables["containers"].num_rows for p in parsed] == [1] * 8
-    assert most == 1

@@ -25,7 +25,7 @@ from dlt.sources import DltResource
 from pipelines.terminal49 import settings
 from pipelines.terminal49.client import Terminal49Client
 from pipelines.terminal49.pages import Claims
-from pipelines.terminal49.scan import ListScan, ProgressCallback
+from pipelines.terminal49.scan import Filters, ListScan, ProgressCallback
 
 
 def _json_hints(attributes: Mapping[str, Any]) -> dict[str, Any]:
@@ -59,7 +59,7 @@ class ListSpec:
     kind: str
     path: str
     include: str | None
-    filters: dict[str, str] | None = None
+    filters: Filters | None = None
 
 
 class Batch(dict[str, list[pa.Table]]):

@@ -4,10 +4,16 @@ Contract:
 - every request carries ``Authorization: Token <key>``; the key is held in the client only and
   never appears in a log line, an exception message or a repr;
 - requests are paced under the rate limit (rolling window), 429 answers are honoured through
-  ``Retry-After``; 5xx, timeouts, dropped connections, truncated or unparseable bodies are
-  retried with exponential backoff and jitter;
-- a 401/403 raises :class:`AuthError`, other 4xx :class:`ApiError`, exhaustion of retries
-  :class:`RetriesExhausted` (all subclasses of :class:`Terminal49Error`);
+  ``Retry-After``; 5xx, timeouts, dropped connections and bodies cut short are retried with
+  exponential backoff and jitter;
+- a complete body that is not valid JSON (``NaN``, nesting too deep, HTML) can never succeed:
+  it raises :class:`MalformedBody` at once, naming the cause;
+- a 401/403 raises :class:`AuthError`, other 4xx :class:`ApiError` (a 404 under a base URL
+  without ``/v2`` says so), exhaustion of retries :class:`RetriesExhausted` (all subclasses of
+  :class:`Terminal49Error`);
+- an API that accepts connections but has sent no answer at all for ``stall_seconds`` (the
+  clock restarts on every answer, to any request of this client) raises :class:`ApiStalled`
+  instead of spending the whole retry budget on read timeouts;
 - an API that cannot be connected to before it ever answered (a wrong base URL, no network)
   raises :class:`Unreachable` after ``settings.UNREACHABLE_ATTEMPTS`` tries (seconds, not the
   minutes of the full retry budget, which is kept for failures once the API has answered).
@@ -18,6 +24,7 @@ from __future__ import annotations
 import email.utils
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -25,31 +32,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
 
-from pipelines.config import ApiSettings
+from pipelines.config import DEFAULT_STALL_SECONDS, ApiSettings
 from pipelines.terminal49 import settings
 from pipelines.terminal49._ratelimit import RollingWindowLimiter
 
 log = logging.getLogger("freetime.client")
 T = TypeVar("T")
-
-
-class UnreadableBody(Exception):
-    """Raised by a ``parse`` function for a body that is cut short or not JSON: retried."""
-
-
-def json_object(body: bytes) -> dict[str, Any]:
-    """The default parser: a JSON object, or UnreadableBody."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise UnreadableBody("unparseable body") from exc
-    if not isinstance(doc, dict):
-        raise UnreadableBody("body is not a JSON object")
-    return doc
 
 
 class Terminal49Error(Exception):
@@ -78,6 +71,52 @@ class ClientClosed(Terminal49Error):
 
 class Unreachable(RetriesExhausted):
     """No connection could be made to the API, which has not answered this client yet."""
+
+
+class ApiStalled(Terminal49Error):
+    """The API accepted connections but sent no answer for ``stall_seconds``: retrying the
+    whole load at once would most likely wait as long again."""
+
+
+class UnreadableBody(Exception):
+    """Raised by a ``parse`` function for a body that is cut short: retried."""
+
+
+class MalformedBody(ApiError):
+    """A complete answer whose body is not the JSON expected: retrying cannot fix it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(200, message)
+
+
+#: The token at which a body stopped parsing (``NaN``, ``Infinity``, ``<html>``...).
+_TOKEN = re.compile(rb"[^\s,:\[\]{}]{1,24}")
+
+
+def parse_json(body: bytes) -> Any:
+    """The parsed JSON of ``body``. A body that ends before its JSON does (cut short on the way)
+    raises :class:`UnreadableBody`; one that is complete but invalid :class:`MalformedBody`."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if exc.pos >= len(body):
+            raise UnreadableBody(f"the body ends early ({len(body)} bytes)") from None
+        found = _TOKEN.match(body, exc.pos)
+        token = (found.group() if found else body[exc.pos : exc.pos + 1]).decode(
+            "utf-8", "replace"
+        )
+        raise MalformedBody(
+            f"the API sent JSON that cannot be parsed: {token} at byte {exc.pos} ({exc.msg})"
+        ) from None
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The default parser: a JSON object, else :class:`UnreadableBody` or
+    :class:`MalformedBody` (see :func:`parse_json`)."""
+    doc = parse_json(body)
+    if not isinstance(doc, dict):
+        raise MalformedBody(f"the API sent JSON that is not an object ({type(doc).__name__})")
+    return doc
 
 
 @dataclass
@@ -130,7 +169,22 @@ def _connect_reason(exc: httpx.TransportError) -> str:
         return "connection refused"
     if "name or service not known" in text or "nodename" in text or "resolution" in text:
         return "host name not found"
-    return str(exc) or type(exc).__name__
+    return f"connection failed: {exc}" if str(exc) else "connection failed"
+
+
+def _transport_reason(exc: httpx.TransportError, read_timeout_s: float) -> str:
+    """A transport error in words for a log line or a message (no exception class names)."""
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return _connect_reason(exc)
+    if isinstance(exc, httpx.ReadTimeout):
+        return f"no answer within {read_timeout_s:g} s"
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+        return "the connection dropped"
+    if isinstance(exc, httpx.WriteError | httpx.WriteTimeout):
+        return "the request could not be sent"
+    if isinstance(exc, httpx.PoolTimeout):
+        return "no connection free in time"
+    return "network error"
 
 
 def _error_detail(response: httpx.Response) -> str:
@@ -155,9 +209,15 @@ class Terminal49Client:
         transport: httpx.BaseTransport | None = None,
         max_attempts: int = settings.MAX_ATTEMPTS,
         backoff_base_s: float = settings.BACKOFF_BASE_S,
+        stall_seconds: float = DEFAULT_STALL_SECONDS,
         sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.stall_seconds = stall_seconds
+        # a read timeout longer than the stall bound would let one request outwait it
+        self.read_timeout_s = min(settings.READ_TIMEOUT_S, stall_seconds)
+        #: monotonic time of the latest answer to any request (see :class:`ApiStalled`)
+        self._answered_at = float("-inf")
         self.concurrency = max(1, concurrency)
         self.max_attempts = max_attempts
         self.backoff_base_s = backoff_base_s
@@ -176,7 +236,7 @@ class Terminal49Client:
                 "Content-Type": "application/vnd.api+json",
                 "User-Agent": "freetime (+https://github.com/freetime)",
             },
-            timeout=httpx.Timeout(settings.READ_TIMEOUT_S, connect=settings.CONNECT_TIMEOUT_S),
+            timeout=httpx.Timeout(self.read_timeout_s, connect=settings.CONNECT_TIMEOUT_S),
             limits=httpx.Limits(max_connections=self.concurrency + 2),
             transport=transport,
             follow_redirects=False,
@@ -184,8 +244,9 @@ class Terminal49Client:
 
     @classmethod
     def for_api(cls, api: ApiSettings, **options: Any) -> Terminal49Client:
-        """A client for resolved settings (base URL, key, rate limit); ``options`` are the
-        constructor's keyword arguments (concurrency, transport, retries)."""
+        """A client for resolved settings (base URL, key, rate limit, stall bound); ``options``
+        are the constructor's keyword arguments (concurrency, transport, retries)."""
+        options.setdefault("stall_seconds", api.stall_seconds)
         return cls(
             api.base_url, api.api_key or "", rate_limit_per_minute=api.rate_limit_per_minute,
             **options,
@@ -223,8 +284,9 @@ class Terminal49Client:
         """GET ``path`` and return ``parse(body)`` of the 200 answer.
 
         ``parse`` runs in the calling thread; an :class:`UnreadableBody` it raises (a truncated
-        answer) is retried like a dropped connection. 401/403 raise :class:`AuthError`, other
-        4xx :class:`ApiError`.
+        answer) is retried like a dropped connection, a :class:`MalformedBody` is raised at once
+        (prefixed with the request). 401/403 raise :class:`AuthError`, other 4xx
+        :class:`ApiError`.
         """
         response, value = self._exchange("GET", path, params=params, parse=parse)
         if response.status_code == 200:
@@ -233,6 +295,11 @@ class Terminal49Client:
             raise AuthError(
                 f"the API refused the key ({response.status_code} {response.reason_phrase}: "
                 f"{_error_detail(response)}); check TERMINAL49_API_KEY"
+            )
+        if response.status_code == 404 and not urlsplit(self.base_url).path.endswith("/v2"):
+            raise ApiError(
+                404,
+                f"the API answered 404 for {self.base_url}{path}: does the base URL end in /v2?",
             )
         raise ApiError(
             response.status_code,
@@ -261,13 +328,16 @@ class Terminal49Client:
         parse: Callable[[bytes], T] | None = None,
     ) -> tuple[httpx.Response, T | None]:
         """The one retry loop: pace, send, read the whole body; retry 429 (``Retry-After``),
-        5xx, network errors and (with ``parse``) unreadable 200 bodies; return the first
+        5xx, network errors and (with ``parse``) 200 bodies cut short; return the first
         answer that is none of these, with ``parse(body)`` for a 200."""
         attempt = 0
         limited = 0
+        first_sent: float | None = None
         while True:
             self.limiter.acquire()
             self.stats.sent()
+            if first_sent is None:
+                first_sent = time.monotonic()
             try:
                 response = self._http.request(
                     method, path, params=params, content=content, headers=headers
@@ -282,9 +352,10 @@ class Terminal49Client:
                 raise Unreachable(f"cannot reach the API at {self.base_url}: {exc}") from None
             except httpx.TransportError as exc:  # timeouts, refused, dropped, truncated
                 attempt += 1
-                reason = f"{type(exc).__name__}"
+                reason = _transport_reason(exc, self.read_timeout_s)
+                connecting = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
                 if (
-                    isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+                    connecting
                     and self.stats.answers == 0
                     and attempt >= settings.UNREACHABLE_ATTEMPTS
                 ):
@@ -292,7 +363,15 @@ class Terminal49Client:
                         f"cannot reach the API at {self.base_url} ({_connect_reason(exc)}); "
                         "check TERMINAL49_BASE_URL (or --base-url) and the network"
                     ) from None
+                # silent since this request was first sent, or since any later answer
+                silent = time.monotonic() - max(first_sent, self._answered_at)
+                if not connecting and silent >= self.stall_seconds:
+                    raise ApiStalled(
+                        f"the API at {self.base_url} accepted connections but sent no answer "
+                        f"for {self.stall_seconds:g} s (TERMINAL49_STALL_SECONDS)"
+                    ) from None
             else:
+                self._answered_at = time.monotonic()
                 self.stats.add(bytes=len(body), answers=1)
                 status = response.status_code
                 if status == 429:
@@ -315,6 +394,8 @@ class Terminal49Client:
                     except UnreadableBody as exc:
                         attempt += 1
                         reason = str(exc)
+                    except MalformedBody as exc:
+                        raise MalformedBody(f"{method} {path}: {exc}") from None
                 else:
                     return response, None
             if attempt >= self.max_attempts:

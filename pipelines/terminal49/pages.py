@@ -1,9 +1,9 @@
 """One fetched page, parsed and flattened into every table it feeds, in the fetching thread.
 
 :func:`parse_page` runs in the client's worker threads (see :class:`.scan.ListScan`), so the
-main thread only batches tables for dlt; those threads flatten one page at a time
-(:data:`_FLATTENING`). A body that is not a JSON:API document (cut short, HTML) raises
-:class:`UnreadableBody`, which the client retries.
+main thread only batches tables for dlt. A body cut short raises :class:`UnreadableBody`,
+which the client retries; a complete body that is not a JSON:API document raises
+:class:`MalformedBody`, which it does not.
 """
 
 from __future__ import annotations
@@ -12,24 +12,23 @@ import datetime as dt
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
-import orjson
 import pyarrow as pa
 
 from pipelines.terminal49 import flatten, settings
-from pipelines.terminal49.client import UnreadableBody
-
-#: Held while a page is parsed and flattened. Flattening is Python and pyarrow work under the
-#: GIL, and pyarrow releases and retakes the GIL many times a page: four threads flattening at
-#: once hand it over at every release. The 283 pages of 20,000 containers took 3.76 s of CPU so,
-#: 1.86 s with this lock and 1.43 s in one thread. A thread waiting here uses no CPU, and the
-#: other threads' downloads go on meanwhile.
-_FLATTENING = threading.Lock()
+from pipelines.terminal49.client import MalformedBody, parse_json
 
 
 @dataclass
 class ParsedPage:
-    """What the scan needs of a page, and the page's rows by table."""
+    """What the scan needs of a page, and the page's rows by table.
+
+    ``ids`` are the page's distinct records; ``served`` counts the records the page carried
+    (copies included), ``duplicates`` the copies dropped (the last copy of an id wins whole).
+    ``size`` is the page size the API says is in effect (``meta.size``, else ``page[size]`` of
+    ``links.current``/``links.last``), ``last_page`` the page number of ``links.last``.
+    """
 
     kind: str
     fetched_at: dt.datetime
@@ -37,6 +36,10 @@ class ParsedPage:
     total: int | None
     has_next: bool
     tables: dict[str, pa.Table] = field(default_factory=dict)
+    served: int = 0
+    duplicates: int = 0
+    size: int | None = None
+    last_page: int | None = None
 
 
 class Claims:
@@ -74,14 +77,39 @@ def parse_page(
     own records (``data``) are always kept.
     """
     fetched_at = fetched_at or dt.datetime.now(dt.UTC)
-    with _FLATTENING:
-        try:
-            doc = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise UnreadableBody(f"unparseable body ({len(raw)} bytes)") from exc
-        if not isinstance(doc, dict) or "data" not in doc:
-            raise UnreadableBody("body is not a JSON:API document")
-        return python_page(doc, kind, fetched_at, claims)
+    doc = parse_json(raw)
+    if not isinstance(doc, dict) or "data" not in doc:
+        raise MalformedBody("the API sent JSON that is not a JSON:API document (no data)")
+    return python_page(doc, kind, fetched_at, claims)
+
+
+def _count(value: Any) -> int | None:
+    """A count the API sent: an int, or a string of digits (``"250"``); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def _link_param(links: dict[str, Any], name: str, key: str) -> int | None:
+    """The integer query parameter ``key`` of link ``name`` (absolute or relative URL)."""
+    url = links.get(name)
+    if not isinstance(url, str):
+        return None
+    values = parse_qs(urlsplit(url).query).get(key)
+    return _count(values[0]) or None if values else None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _by_id(records: list[dict[str, Any]], key: Any) -> list[dict[str, Any]]:
+    """One record per key, the last copy, at the place of the first."""
+    return list({key(r): r for r in records}.values())
 
 
 def python_page(
@@ -91,7 +119,11 @@ def python_page(
     data = doc.get("data") or []
     data = data if isinstance(data, list) else [data]
     data = [r for r in data if isinstance(r, dict) and r.get("id") is not None]
+    served = len(data)
+    # a page carrying one id twice must not feed one copy's row and the other's holds
+    data = _by_id(data, lambda r: str(r["id"]))
     included = [r for r in doc.get("included") or [] if isinstance(r, dict) and "id" in r]
+    included = _by_id(included, lambda r: (r.get("type"), str(r["id"])))
     if claims is not None:
         included = claims.claim(included)
     tables: dict[str, pa.Table] = {}
@@ -108,12 +140,18 @@ def python_page(
     ports = flatten.of_types(included, settings.PORT_TYPES)
     if ports:
         tables["ports"] = flatten.ports_table(ports, fetched_at)
-    total = (doc.get("meta") or {}).get("total")
+    meta = _object(doc.get("meta"))
+    links = _object(doc.get("links"))
+    size = _count(meta.get("size")) or _link_param(links, "current", "page[size]")
     return ParsedPage(
         kind=kind,
         fetched_at=fetched_at,
         ids=[str(r["id"]) for r in data],
-        total=total if isinstance(total, int) else None,
-        has_next=bool((doc.get("links") or {}).get("next")),
+        total=_count(meta.get("total")),
+        has_next=bool(links.get("next")),
         tables=tables,
+        served=served,
+        duplicates=served - len(data),
+        size=size or _link_param(links, "last", "page[size]"),
+        last_page=_link_param(links, "last", "page[number]"),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-PAGE_SIZE = 100  # the API silently caps page[size] at 100
+PAGE_SIZE = 100  # asked for; the API caps it (containers 50, shipments 100): see .scan
 BATCH_RECORDS = 5_000  # records flattened before handing dlt one item per table
 CONTAINERS_PATH = "/containers"
 SHIPMENTS_PATH = "/shipments"
@@ -25,7 +25,7 @@ SHIPMENT_INCLUDE = "pod_terminal,port_of_lading,port_of_discharge,destination,de
 # Transport defaults: a page of 100 containers with includes is ~300 kB.
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0
-MAX_ATTEMPTS = 8  # per request, for 5xx, timeouts, dropped connections and truncated bodies
+MAX_ATTEMPTS = 8  # per request, for 5xx, dropped connections and truncated bodies (see stall)
 UNREACHABLE_ATTEMPTS = 3  # connection refused / DNS before the API ever answered: a wrong URL
 MAX_RATE_LIMITED = 50  # 429 answers tolerated for one request before giving up
 BACKOFF_BASE_S = 0.5
