@@ -57,7 +57,7 @@ from pipelines.config import (
 )
 from pipelines.load import LoadFailed, LoadSummary, run_load
 from pipelines.report import write_report
-from pipelines.terminal49.client import ApiError, AuthError, Terminal49Client
+from pipelines.terminal49.client import ApiError, ApiStalled, AuthError, Terminal49Client
 from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import (
     WarehouseError,
@@ -175,16 +175,19 @@ def warehouse_slot(
 def is_transient(exc: BaseException) -> bool:
     """Whether retrying the same call later can succeed.
 
-    Not transient: a missing or refused key, a request the API rejects (4xx), bad tariffs or
-    configuration. Transient: everything else a load raises (network, 5xx, 429 storms, a
-    reconciliation that could not converge) and a locked warehouse.
+    Not transient: a missing or refused key, a request the API rejects (4xx), an API that
+    accepted connections and never answered, bad tariffs or configuration. Transient:
+    everything else a load raises (network, 5xx, 429 storms, a reconciliation that could not
+    converge) and a locked warehouse.
     """
     if isinstance(exc, WarehouseLocked):
         return True
     if isinstance(exc, LoadFailed):
         cause = exc.__cause__
-        refused = isinstance(cause, AuthError | ApiError) or "refused the key" in str(exc)
-        return not refused
+        # a refused key or request, or an API that stopped answering for the whole stall bound
+        # (a retry would wait as long again): not worth another try
+        hopeless = isinstance(cause, AuthError | ApiError | ApiStalled)
+        return not (hopeless or "refused the key" in str(exc))
     return False
 
 

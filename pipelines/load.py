@@ -27,6 +27,7 @@ from pathlib import Path
 
 import duckdb
 import httpx
+import pyarrow as pa
 
 from pipelines.config import (
     DATASET,
@@ -140,7 +141,11 @@ def run_load(
             backoff_base_s=backoff_base_s,
         )
         try:
-            source = terminal49_source(client, lists, on_page=track, scan_info=scan.table)
+            def scan_info() -> pa.Table:
+                scan.api_started_at = client.stats.first_answer_date
+                return scan.table()
+
+            source = terminal49_source(client, lists, on_page=track, scan_info=scan_info)
             published = write(
                 "load", source, path,
                 lock_retry_seconds=lock_retry_seconds,
@@ -197,15 +202,16 @@ def incremental_lists(since: dt.date) -> list[ListSpec]:
 
 
 def last_load_started(path: Path, lock_retry_seconds: float = 30.0) -> dt.datetime | None:
-    """When the scan of the last completed load of this warehouse started (its watermark), or
-    None when it holds none."""
+    """When the scan of the last completed load of this warehouse started, by the API's clock
+    (its watermark), or None when it holds none."""
     if not path.exists():
         return None
     with reading(path, retry_seconds=lock_retry_seconds) as con:
         if LOADS_TABLE not in table_names(con, DATASET):
             return None
         row = con.execute(
-            f'SELECT max(scan_started_at) FROM "{DATASET}"."{LOADS_TABLE}" '
+            "SELECT max(coalesce(api_started_at, scan_started_at)) "
+            f'FROM "{DATASET}"."{LOADS_TABLE}" '
             "WHERE writer = 'load' AND complete"
         ).fetchone()
     return row[0] if row and row[0] is not None else None

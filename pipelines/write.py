@@ -109,8 +109,10 @@ class ScanInfo:
     """What a load scanned, recorded with its package (table :data:`SCAN_TABLE`)."""
 
     kind: str  # "full" or "incremental"
-    started_at: dt.datetime
+    started_at: dt.datetime  # this machine's clock, like every fetched_at
     window_from: dt.date | None = None
+    #: the API's clock when the scan started (its Date header), which its filters compare with
+    api_started_at: dt.datetime | None = None
     #: lists scanned completely and unfiltered: their records no longer listed are removed
     complete_lists: tuple[str, ...] = ()
 
@@ -120,6 +122,9 @@ class ScanInfo:
                 "kind": [self.kind],
                 "started_at": pa.array([self.started_at], pa.timestamp("us", tz="UTC")),
                 "window_from": pa.array([self.window_from], pa.date32()),
+                "api_started_at": pa.array(
+                    [self.api_started_at or self.started_at], pa.timestamp("us", tz="UTC")
+                ),
                 "complete_lists": [",".join(self.complete_lists)],
             }
         )
@@ -417,7 +422,8 @@ def _ensure_loads_table(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         f"CREATE TABLE IF NOT EXISTS {_q(DATASET)}.{LOADS_TABLE} ("
         "load_id VARCHAR NOT NULL, writer VARCHAR NOT NULL, kind VARCHAR, "
-        "scan_started_at TIMESTAMPTZ, published_at TIMESTAMPTZ NOT NULL, window_from DATE, "
+        "scan_started_at TIMESTAMPTZ, api_started_at TIMESTAMPTZ, "
+        "published_at TIMESTAMPTZ NOT NULL, window_from DATE, "
         "complete BOOLEAN NOT NULL, rows_written BIGINT NOT NULL, rows_skipped BIGINT NOT NULL, "
         "rows_removed BIGINT NOT NULL)"
     )
@@ -445,12 +451,13 @@ def _publish_load(
         return sum(now.values()) - sum(then.values())
 
     con.execute(
-        f"INSERT INTO {_q(DATASET)}.{LOADS_TABLE} VALUES (?, ?, ?, ?, now(), ?, ?, ?, ?, ?)",
+        f"INSERT INTO {_q(DATASET)}.{LOADS_TABLE} VALUES (?, ?, ?, ?, ?, now(), ?, ?, ?, ?, ?)",
         [
             load_id,
             writer,
             scan.kind if scan else None,
             scan.started_at if scan else None,
+            scan.api_started_at if scan else None,
             scan.window_from if scan else None,
             scan is not None,
             delta(out.written, before[0]),
@@ -462,14 +469,18 @@ def _publish_load(
 
 def _scan_info(con: duckdb.DuckDBPyConnection, inc: str, load_id: str) -> ScanInfo | None:
     row = con.execute(
-        f"SELECT kind, started_at, window_from, complete_lists FROM {_q(inc)}.{SCAN_TABLE} "
+        f"SELECT kind, started_at, window_from, complete_lists, api_started_at "
+        f"FROM {_q(inc)}.{SCAN_TABLE} "
         "WHERE _dlt_load_id = ? LIMIT 1",
         [load_id],
     ).fetchone()
     if row is None:
         return None
     lists = tuple(x for x in (row[3] or "").split(",") if x)
-    return ScanInfo(kind=row[0], started_at=row[1], window_from=row[2], complete_lists=lists)
+    return ScanInfo(
+        kind=row[0], started_at=row[1], window_from=row[2], complete_lists=lists,
+        api_started_at=row[4],
+    )
 
 
 def _align_target(

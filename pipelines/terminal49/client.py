@@ -21,6 +21,7 @@ Contract:
 
 from __future__ import annotations
 
+import datetime as dt
 import email.utils
 import logging
 import random
@@ -132,6 +133,9 @@ class ClientStats:
     started: float = field(default_factory=time.monotonic)
     #: seconds since ``started`` at which each request was sent (to measure budget use)
     sent_at: list[float] = field(default_factory=list, repr=False)
+    #: the API's clock (its ``Date`` header) at its first 200 answer: what list filters on
+    #: dates compare with, whatever this machine's clock says
+    first_answer_date: dt.datetime | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **counts: int) -> None:
@@ -143,6 +147,14 @@ class ClientStats:
         with self._lock:
             self.requests += 1
             self.sent_at.append(time.monotonic() - self.started)
+
+
+def _http_date(value: str | None) -> dt.datetime | None:
+    """An HTTP ``Date`` header as a UTC instant (None when absent or unreadable)."""
+    try:
+        return email.utils.parsedate_to_datetime(value).astimezone(dt.UTC) if value else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _retry_after_seconds(value: str | None, default: float) -> float:
@@ -290,6 +302,8 @@ class Terminal49Client:
         """
         response, value = self._exchange("GET", path, params=params, parse=parse)
         if response.status_code == 200:
+            if self.stats.first_answer_date is None:
+                self.stats.first_answer_date = _http_date(response.headers.get("date"))
             return value  # type: ignore[return-value]
         if response.status_code in (401, 403):
             raise AuthError(
