@@ -46,21 +46,16 @@ def default_duckdb_path() -> Path:
 
 
 def resolve_duckdb_path(path: str | os.PathLike[str] | None) -> Path:
-    """An explicit path wins over the default; parent folders are created.
+    """An explicit path wins over the default. Nothing is created here: a writer creates the
+    folders (:func:`working_folder`), a reader of a path that does not exist is told so.
 
-    ConfigError when the path is a folder or its folder cannot be created.
+    ConfigError when the path is a folder.
     """
     p = Path(path) if path else default_duckdb_path()
     if p.is_dir():
         raise ConfigError(
             f"the warehouse path {p} is a folder; give a DuckDB file, e.g. {p / 'freetime.duckdb'}"
         )
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot create the folder {p.parent} for the warehouse: {exc.strerror or exc}"
-        ) from exc
     return p
 
 
@@ -97,6 +92,13 @@ def working_folder(duckdb_path: Path) -> Path:
     ConfigError when it cannot be created or written (a read-only folder, a file in its way):
     dlt would otherwise fail with a bare ``OSError`` half way into setting up.
     """
+    try:
+        duckdb_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the folder {duckdb_path.parent} for the warehouse: "
+            f"{exc.strerror or exc}"
+        ) from exc
     folder = pipelines_dir_for(duckdb_path)
     try:
         folder.mkdir(parents=True, exist_ok=True)

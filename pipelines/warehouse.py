@@ -58,6 +58,14 @@ def connect(
         raise WarehouseMissing(
             f"no warehouse at {path}: run `freetime load` (or `freetime run`) first"
         )
+    if not read_only:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # a writer creates the warehouse
+        except OSError as exc:
+            raise WarehouseUnusable(
+                f"cannot create the folder {path.parent} for the warehouse: "
+                f"{exc.strerror or exc}"
+            ) from exc
     deadline = time.monotonic() + retry_seconds
     while True:
         try:
