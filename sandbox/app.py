@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from starlette.applications import Starlette
@@ -28,6 +29,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandbox.documents import DocumentStore
 from sandbox.faults import Fault, FaultInjector, FaultSpec
+from sandbox.filters import (
+    FilterError,
+    Spec,
+    Unavailable,
+    container_spec,
+    select_containers,
+    select_shipments,
+    shipment_spec,
+)
 from sandbox.model import Account
 from sandbox.render import (
     CONTAINER_INCLUDES,
@@ -40,7 +50,9 @@ from sandbox.webhooks import Builder, WebhookHub
 
 JSONAPI = "application/vnd.api+json"
 DEFAULT_PAGE_SIZE = 30
-MAX_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 100  # shipments and the other lists
+CONTAINER_MAX_PAGE_SIZE = 50
+FILTER_CACHE_SIZE = 8
 RATE_WINDOW = 60.0
 
 NOT_FOUND_HTML = (
@@ -77,6 +89,8 @@ class SandboxState:
     by_status: Counter[str] = field(default_factory=Counter)
     fault_counts: Counter[str] = field(default_factory=Counter)
     windows: dict[str, deque[float]] = field(default_factory=dict)
+    # Filtered list orders, keyed by (resource, filter items, clock, account version).
+    filtered: dict[tuple[Any, ...], list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.renderer = Renderer(self.account)
@@ -186,8 +200,8 @@ def parse_includes(request: Request, allowed: tuple[str, ...]) -> list[str]:
     return out
 
 
-def parse_page(request: Request) -> tuple[int, int]:
-    """(page number, page size) with defaults 1 and 30; size capped silently at 100."""
+def parse_page(request: Request, cap: int = MAX_PAGE_SIZE) -> tuple[int, int]:
+    """(page number, page size) with defaults 1 and 30; size capped silently at ``cap``."""
     vals = []
     for key, default in (("page[number]", 1), ("page[size]", DEFAULT_PAGE_SIZE)):
         raw = request.query_params.get(key)
@@ -201,19 +215,24 @@ def parse_page(request: Request) -> tuple[int, int]:
         if v < 1:
             raise PageError(key, f"{key} must be a positive integer, got {raw!r}")
         vals.append(v)
-    return vals[0], min(vals[1], MAX_PAGE_SIZE)
+    return vals[0], min(vals[1], cap)
 
 
 def page_links(request: Request, number: int, size: int, total: int) -> dict[str, str]:
     """``self``, ``current``, ``next`` (absent on the last page) and ``last``.
 
-    A result that fits on one page gets only ``self`` and ``current``.
+    A result that fits on one page gets only ``self`` and ``current``. Links carry ``include``,
+    every ``filter[...]`` and ``sort`` parameter as sent (values percent-encoded) and the page
+    size in effect, parameters sorted.
     """
     base = f"{request.url.scheme}://{request.url.netloc}{request.url.path}"
     include = request.query_params.get("include")
+    kept = [(quote(k, safe="[]"), quote(v, safe=""))
+            for k, v in request.query_params.multi_items()
+            if k.startswith("filter[") or k == "sort"]
 
     def url(n: int) -> str:
-        params = []
+        params = list(kept)
         if include:
             params.append(("include", include))
         params += [("page[number]", str(n)), ("page[size]", str(size))]
@@ -245,14 +264,32 @@ def create_app(state: SandboxState) -> ASGIApp:
         async def endpoint(request: Request) -> Response:
             try:
                 return fn(request)
-            except PageError as e:
+            except (PageError, FilterError) as e:
                 return error_response(400, "Bad Request", e.detail, e.parameter)
         return endpoint
 
+    def filtered(kind: str, spec: Spec, select: Callable[[Account, Spec], list[int]],
+                 request: Request) -> list[int]:
+        params = tuple(kv for kv in request.query_params.multi_items()
+                       if kv[0].startswith("filter["))
+        key = (kind, params, acct.clock, acct.version)
+        hit = state.filtered.get(key)
+        if hit is None:
+            hit = select(acct, spec)
+            if len(state.filtered) >= FILTER_CACHE_SIZE:
+                state.filtered.pop(next(iter(state.filtered)))
+            state.filtered[key] = hit
+        return hit
+
     def list_containers(request: Request) -> Response:
         includes = parse_includes(request, CONTAINER_INCLUDES)
-        number, size = parse_page(request)
-        order = acct.order
+        number, size = parse_page(request, CONTAINER_MAX_PAGE_SIZE)
+        try:
+            spec = container_spec(request.query_params.multi_items(), acct.clock)
+        except Unavailable as e:
+            return error_response(500, "Internal Server Error",
+                                  f"{e.parameter} is not available on containers", e.parameter)
+        order = filtered("containers", spec, select_containers, request) if spec else acct.order
         start = (number - 1) * size
         idx = order[start:start + size]
         body: dict[str, Any] = {"data": [r.container(i) for i in idx]}
@@ -265,7 +302,9 @@ def create_app(state: SandboxState) -> ASGIApp:
     def list_shipments(request: Request) -> Response:
         includes = parse_includes(request, SHIPMENT_INCLUDES)
         number, size = parse_page(request)
-        order = acct.ship_order
+        spec = shipment_spec(request.query_params.multi_items())
+        order = (filtered("shipments", spec, select_shipments, request) if spec
+                 else acct.ship_order)
         start = (number - 1) * size
         idx = order[start:start + size]
         body: dict[str, Any] = {"data": [r.shipment(s) for s in idx]}
@@ -360,10 +399,31 @@ def create_app(state: SandboxState) -> ASGIApp:
         refreshed = acct.refresh(count)
         return api_response({**clock_body(), "refreshed": len(refreshed)})
 
+    def admin_delete(request: Request) -> Response:
+        cid = request.query_params.get("container", "")
+        i = acct.container_index.get(cid)
+        if i is None:
+            return not_found()
+        acct.delete(i)
+        return api_response({**clock_body(), "deleted": cid})
+
+    def admin_timestamps(request: Request) -> Response:
+        c, sh = acct.containers, acct.shipments
+        body = {
+            **clock_body(),
+            "containers": {acct.container_ids[i]: {"updated_at": iso(c.get(i, "refreshed"))}
+                           for i in range(len(acct.container_ids)) if i not in acct.deleted},
+            "shipments": {sid: {"updated_at": iso(sh.get(s, "updated")),
+                                "pod_eta_changed_at": iso(acct.eta_changed_at(s))}
+                          for s, sid in enumerate(acct.shipment_ids)},
+        }
+        return Response(dumps(body), media_type="application/json")
+
     def admin_ground_truth(request: Request) -> Response:
         body = {
             **clock_body(),
-            "containers": [r.container(i) for i in range(len(acct.container_ids))],
+            "containers": [r.container(i) for i in range(len(acct.container_ids))
+                           if not (acct.deleted and i in acct.deleted)],
             "shipments": [r.shipment(s) for s in range(len(acct.shipment_ids))],
             "terminals": r.terminals(),
             "ports": r.ports(),
@@ -411,6 +471,8 @@ def create_app(state: SandboxState) -> ASGIApp:
         Route("/admin/advance", admin(admin_advance), methods=["POST"]),
         Route("/admin/refresh", admin(admin_refresh), methods=["POST"]),
         Route("/admin/ground_truth", admin(admin_ground_truth), methods=["GET"]),
+        Route("/admin/ground_truth/timestamps", admin(admin_timestamps), methods=["GET"]),
+        Route("/admin/delete", admin(admin_delete), methods=["POST"]),
         Route("/admin/stats", admin(admin_stats), methods=["GET"]),
         Route("/admin/stats/reset", admin(admin_stats_reset), methods=["POST"]),
     ]

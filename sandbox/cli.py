@@ -3,7 +3,7 @@
 ``serve`` generates the account, binds the socket, prints exactly two lines
 (``base_url: http://HOST:PORT/v2`` and ``api_key: KEY``), flushes stdout, then serves until
 terminated. A malformed option (``--faults``, ``--clock``) is reported on one line with exit
-code 2.
+code 2, as is an ``--active-share`` outside [0, 1].
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ def serve(
     email_documents: int = typer.Option(-1, help="Seeded past emails (-1 = by account size)."),
     emails_per_day: float = typer.Option(-1.0, help="New emails per sandbox day on advance "
                                                     "(-1 = containers / 500)."),
+    active_share: float | None = typer.Option(
+        None, help="Share (0..1) of ACTIVE shipments; the rest are SETTLED (delivered and "
+                   "empty-returned 30-400 days ago, never changing). Default: the usual mix."),
 ) -> None:
     """Serve a synthetic Terminal49 account over HTTP."""
     from sandbox.faults import FaultSpec, FaultSpecError
@@ -73,6 +76,9 @@ def serve(
         spec = FaultSpec.parse(faults)
     except FaultSpecError as e:
         _fail(f"invalid --faults: {e}")
+        return
+    if active_share is not None and not 0.0 <= active_share <= 1.0:
+        _fail(f"invalid --active-share {active_share}: expected a share between 0 and 1")
         return
     try:
         clock_ts = parse_clock(clock)
@@ -85,7 +91,7 @@ def serve(
     from sandbox.app import SandboxState, create_app
     from sandbox.model import Account
 
-    account = Account.generate(containers, seed, clock_ts)
+    account = Account.generate(containers, seed, clock_ts, active_share=active_share)
     # The account is long-lived: keep the cyclic GC from re-scanning it on every collection.
     gc.collect()
     gc.freeze()

@@ -38,12 +38,14 @@ CONTAINER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("lfd_line", "q"), ("lfd_rail", "q"), ("h1_on", "q"), ("h1_off", "q"), ("h2_on", "q"),
     ("h2_off", "q"), ("inv_at", "q"), ("refreshed", "q"), ("tchk", "q"),
 )
+"""Container ``refreshed`` is also its internal ``updated_at``: every change of what the container
+renders happens at a change point, and the account sets ``refreshed`` to the clock then."""
 SHIPMENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("created", "q"), ("carrier", "b"), ("pol", "b"), ("term", "h"), ("dest", "b"),
     ("customer", "h"), ("vessel", "h"), ("voyage", "i"), ("atd", "q"), ("etd_orig", "q"),
     ("ata", "q"), ("eta_orig", "q"), ("dest_eta", "q"), ("dest_eta_orig", "q"),
     ("stop_at", "q"), ("stop_reason", "b"), ("first", "i"), ("n", "b"), ("refs", "b"),
-    ("tags", "b"),
+    ("tags", "b"), ("eta_chg", "q"), ("updated", "q"),
 )
 
 TAGS: tuple[str, ...] = ("priority", "retail", "fba", "promo", "hazmat", "q4-peak")
@@ -102,6 +104,22 @@ _ELEN_CUM = _cum(R.EQUIPMENT_LENGTH_WEIGHTS)
 _HOLD_CUM = _cum(R.HOLD_WEIGHTS)
 _POST_CUM = _cum((50, 35, 15))  # none, delivered, dropped
 _HOLD_OTHER = R.HOLD_NAMES.index("other")
+
+
+def mix(seed: int, index: int, salt: int) -> int:
+    """A 32-bit hash of (seed, index, salt): per-record choices that draw nothing from the
+    generation stream (so adding one leaves every other generated value unchanged)."""
+    x = (index * 0x9E3779B1 + seed * 0x85EBCA6B + salt * 0xC2B2AE35) & 0xFFFFFFFF
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+POD_SINCE_DAYS = 30
+"""Containers created at most this many days before generation (and every later one) carry
+``import_deadlines.pod``: the newer part of the book."""
 
 
 def derive_uuid(seed: int, kind: str, index: int | str) -> str:
@@ -201,8 +219,13 @@ class Account:
 
     Invariants: ``containers.get(i, "ship")`` indexes ``shipments``; a shipment's containers are
     the contiguous range ``first .. first + n - 1``; ``order`` lists container indices most
-    recently refreshed first (ties: lower index first); ``ship_order`` lists shipments newest
-    created first (ties: higher index first).
+    recently refreshed first (ties: lower index first) and never holds a deleted container;
+    ``ship_order`` lists shipments newest created first (ties: higher index first).
+
+    Internal timestamps (never rendered): a container's ``refreshed`` is its ``updated_at``; a
+    shipment's ``updated`` is its ``updated_at``, ``eta_chg`` its planned ETA slip (see
+    :meth:`eta_changed_at`).
+    ``version`` grows whenever a list answer may change without the clock moving.
     """
 
     seed: int
@@ -225,6 +248,10 @@ class Account:
     last_old_clock: int = 0
     last_changed: list[int] = field(default_factory=list)
     last_new: list[int] = field(default_factory=list)
+    active_share: float | None = None  # None: the default status mix; else ACTIVE vs SETTLED
+    pod_since: int = 0  # containers created at or after this carry import_deadlines.pod
+    deleted: set[int] = field(default_factory=set)
+    version: int = 0
 
     # ---- row access -------------------------------------------------------------------
     def crow(self, i: int) -> dict[str, int]:
@@ -245,7 +272,7 @@ class Account:
 
     def move_to_front(self, indices: Iterable[int]) -> None:
         """Put ``indices`` (just refreshed at the current clock) first, keeping the rest's order."""
-        front = sorted(set(indices))
+        front = sorted(set(indices) - self.deleted)
         if not front:
             return
         mark = bytearray(len(self.container_ids))
@@ -258,12 +285,27 @@ class Account:
     def refresh(self, count: int) -> list[int]:
         """Mark ``count`` seeded-random containers as refreshed now; returns their indices."""
         self.refreshes += 1
-        n = len(self.container_ids)
-        count = max(0, min(count, n))
+        self.version += 1
+        pool: range | list[int] = range(len(self.container_ids))
+        if self.deleted:
+            pool = [i for i in pool if i not in self.deleted]
+        count = max(0, min(count, len(pool)))
         rng = random.Random(f"{self.seed}:refresh:{self.clock}:{self.refreshes}")
-        chosen = rng.sample(range(n), count)
+        chosen = rng.sample(pool, count)
         self._touch(chosen)
+        for s in {self.containers.get(i, "ship") for i in chosen}:
+            self.shipments.set(s, "updated", self.clock)
         return sorted(chosen)
+
+    def delete(self, i: int) -> None:
+        """Remove container ``i`` upstream: it leaves every list, lookup and relationship."""
+        if i in self.deleted:
+            return
+        self.deleted.add(i)
+        self.version += 1
+        del self.container_index[self.container_ids[i]]
+        self.order.remove(i)
+        self.shipments.set(self.containers.get(i, "ship"), "updated", self.clock)
 
     def _touch(self, indices: list[int]) -> None:
         c = self.containers
@@ -272,6 +314,23 @@ class Account:
             if c.get(i, "stale") == W.STALE_NO:
                 c.set(i, "tchk", self.clock)
         self.move_to_front(indices)
+
+    def _ship_points(self, s: int) -> tuple[int, ...]:
+        """Instants at which what shipment ``s`` renders changes (besides the continuous
+        ``line_tracking_last_attempted_at`` while tracking runs, up to ``stop_at``)."""
+        sh = self.shipments
+        dest_ata = (self.containers.get(sh.get(s, "first"), "ind_ata")
+                    if sh.get(s, "dest") != NONE else NEVER)
+        return (sh.get(s, "created"), sh.get(s, "atd"), sh.get(s, "ata"), dest_ata,
+                sh.get(s, "stop_at"), sh.get(s, "eta_chg"))
+
+    def _update_shipments(self, old: int, new: int) -> None:
+        """Set ``updated`` of every shipment whose rendering changed in (old, new]."""
+        sh = self.shipments
+        stop = sh.column("stop_at")
+        for s in range(len(stop)):
+            if stop[s] > old or any(old < p <= new for p in self._ship_points(s)):
+                sh.set(s, "updated", new)
 
     def advance(self, seconds: int) -> tuple[int, int]:
         """Move the clock forward; returns (changed existing containers, new containers).
@@ -289,7 +348,10 @@ class Account:
         nc = self.next_chg
         n_before = len(self.container_ids)
         changed: list[int] = []
+        deleted = self.deleted
         for i in range(n_before):
+            if deleted and i in deleted:
+                continue
             v = nc[i]
             if v == NONE:
                 v = W.next_change(self.crow(i), old)
@@ -297,8 +359,10 @@ class Account:
             if v <= new:
                 changed.append(i)
         self.clock = new
+        self.version += 1
         for i in changed:
             nc[i] = W.next_change(self.crow(i), new)
+        self._update_shipments(old, new)
         rng = random.Random(f"{self.seed}:advance:{old}:{new}")
         expected = self.daily_rate * seconds / DAY
         n_new = int(expected) + (1 if rng.random() < expected - int(expected) else 0)
@@ -316,15 +380,28 @@ class Account:
 
     # ---- generation ---------------------------------------------------------------------------
     @classmethod
-    def generate(cls, n_containers: int, seed: int, clock: int) -> Account:
-        """Generate an account of about ``n_containers`` containers (exactly that many)."""
-        acct = cls(seed=seed, clock=clock)
+    def generate(cls, n_containers: int, seed: int, clock: int,
+                 active_share: float | None = None) -> Account:
+        """Generate an account of about ``n_containers`` containers (exactly that many).
+
+        ``active_share`` None keeps the default status mix. A share in [0, 1] makes that share
+        of shipments ACTIVE (the default mix) and the rest SETTLED: delivered and empty-returned
+        30 to 400 days before ``clock``, with no change point after it (they never change).
+        New shipments then arrive at ``active_share`` times the default rate.
+        """
+        acct = cls(seed=seed, clock=clock, active_share=active_share,
+                   pod_since=clock - POD_SINCE_DAYS * DAY)
         rng = random.Random(seed)
         n_cust = _ri(rng, 12, 24)
         acct.customers = tuple(rng.sample(R.CUSTOMERS, n_cust))
         acct.daily_rate = max(n_containers, 1) / 2.6 / 90.0  # shipments/day: ~90-day book turnover
+        if active_share is not None:
+            acct.daily_rate *= active_share
         while len(acct.container_ids) < n_containers:
-            target = _STATUS_LIST[_pick(rng, _STATUS_CUM)]
+            if active_share is not None and rng.random() >= active_share:
+                target = "settled"
+            else:
+                target = _STATUS_LIST[_pick(rng, _STATUS_CUM)]
             acct._add_shipment(rng, target, clock, limit=n_containers - len(acct.container_ids))
         acct.next_chg = array("q", [NONE]) * len(acct.container_ids)
         acct.sort_all()
@@ -374,6 +451,8 @@ class Account:
 
         if created_at is not None:
             shift = created_at - created
+        elif target == "settled":
+            shift = clock - max(r["empty_ret"] for r in rows) - _ri(rng, 30 * DAY, 400 * DAY)
         else:
             shift = clock - self._pick_time(rng, rows[0], target, created)
         for r in rows:
@@ -421,7 +500,17 @@ class Account:
             "tags": sum(1 << b for b in rng.sample(range(len(TAGS)), _ri(rng, 1, 2)))
             if rng.random() < 0.4 else 0,
         }
+        srow["eta_chg"] = self._eta_change(s_index, srow)
+        srow["updated"] = NEVER
+        s_stop = srow["stop_at"]
         self.shipments.add(srow)
+        if created_at is not None or s_stop > clock:
+            upd = clock  # tracking runs: line_tracking_last_attempted_at moves with the clock
+        else:
+            dest_ata = rows[0]["ind_ata"] if rail else NEVER
+            upd = max(p for p in (created, shift, ata, dest_ata, s_stop, srow["eta_chg"])
+                      if p <= clock)
+        self.shipments.set(s_index, "updated", upd)
         sid = derive_uuid(self.seed, "shipment", s_index)
         self.shipment_ids.append(sid)
         self.shipment_index[sid] = s_index
@@ -449,6 +538,22 @@ class Account:
                 self.next_chg.append(NONE)
             out.append(i)
         return out
+
+    def eta_changed_at(self, s: int) -> int:
+        """``pod_eta_changed_at`` of shipment ``s`` at the clock: the planned slip once it has
+        happened, before that the creation (when the ETA first appeared)."""
+        chg = self.shipments.get(s, "eta_chg")
+        return chg if chg <= self.clock else self.shipments.get(s, "created")
+
+    def _eta_change(self, s_index: int, srow: dict[str, int]) -> int:
+        """When the POD ETA last changed its date: for a slipped ETA (original differs from the
+        arrival), a seeded instant between creation and arrival (``pod_eta_at`` shows the
+        original before it); otherwise creation, when the ETA first appeared."""
+        created, ata, orig = srow["created"], srow["ata"], srow["eta_orig"]
+        if orig >= NEVER or orig == ata:
+            return created
+        frac = 0.3 + 0.6 * (mix(self.seed, s_index, 3) % 1000) / 1000
+        return max(created + HOUR, (created + int((ata - created) * frac)) // HOUR * HOUR)
 
     @staticmethod
     def _pick_time(rng: random.Random, c: dict[str, int], target: str, created: int) -> int:

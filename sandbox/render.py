@@ -10,11 +10,11 @@ static and cached. :meth:`Renderer.included` resolves ``include`` paths, dedupli
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sandbox import refdata as R
 from sandbox import world as W
+from sandbox.deadlines import lfd_attributes
 from sandbox.model import (
     OWNERS,
     TAGS,
@@ -24,7 +24,9 @@ from sandbox.model import (
     iso6346_check_digit,
     sub_id,
 )
-from sandbox.world import NEVER, NONE
+from sandbox.world import NEVER, NONE, iso
+
+__all__ = ["CONTAINER_INCLUDES", "EVENT_INCLUDES", "SHIPMENT_INCLUDES", "Renderer", "iso"]
 
 Resource = dict[str, Any]
 
@@ -36,20 +38,6 @@ EVENT_INCLUDES = ("location", "terminal", "container", "shipment")
 _ALL_PORTS: tuple[R.Port, ...] = R.ORIGINS + R.US_PORTS + R.INLAND
 _PORT_BY_CODE = {p.code: p for p in _ALL_PORTS}
 _CHASSIS = ("APMZ", "TRAC", "DCLZ", "FLXZ", "MCCZ")
-
-
-_TIMES: tuple[str, ...] = tuple(
-    f"T{h:02d}:{m:02d}:{sec:02d}Z" for h in range(24) for m in range(60) for sec in range(60))
-_DAYS: dict[int, str] = {}
-
-
-def iso(ts: int) -> str:
-    """Epoch seconds -> ``YYYY-MM-DDTHH:MM:SSZ`` (day strings cached, time-of-day tabled)."""
-    d, sec = divmod(ts, 86400)
-    day = _DAYS.get(d)
-    if day is None:
-        day = _DAYS[d] = time.strftime("%Y-%m-%d", time.gmtime(d * 86400))
-    return day + _TIMES[sec]
 
 
 def _ident(rid: str, rtype: str) -> dict[str, str]:
@@ -144,10 +132,7 @@ class Renderer:
         rail = c["mode"] == W.MODE_RAIL
         dest = s["dest"]
         ind_tz = R.INLAND[dest].time_zone if rail else None
-        lfd_t = W.terminal_lfd(c, t)
-        lfd_l = W.line_lfd(c, t)
-        lfd_r = W.rail_lfd(c, t)
-        lfd = lfd_l if lfd_l < NEVER else (lfd_t if lfd_t < NEVER else lfd_r)
+        lfds = lfd_attributes(c, i, t, a.seed, a.pod_since, pod_tz, ind_tz)
         yard = W.in_yard(c, t)
         holds = []
         for h in W.active_holds(c, t):
@@ -218,7 +203,7 @@ class Renderer:
                 "empty_terminated_at": vis(c["empty_ret"]),
                 "terminal_checked_at": iso(tchk) if tchk != NONE else None,
                 "fees_at_pod_terminal": fees,
-                "pickup_lfd": iso(lfd) if lfd < NEVER else None,
+                "pickup_lfd": lfds["pickup_lfd"],
                 "pickup_appointment_at": (iso(c["appt"]) if c["appt"] < NEVER
                                           and t >= c["appt"] - 2 * W.DAY else None),
                 "pod_full_out_chassis_number": chassis,
@@ -243,13 +228,9 @@ class Renderer:
                 "ind_rail_unloaded_at": vis(c["rail_unloaded"]),
                 "ind_facility_holds": [] if rail and t >= c["rail_unloaded"] else None,
                 "ind_facility_fees": [] if rail and t >= c["rail_unloaded"] else None,
-                "ind_facility_lfd_on": iso(lfd_r) if lfd_r < NEVER else None,
-                "import_deadlines": {
-                    "pickup_lfd_terminal": iso(lfd_t) if lfd_t < NEVER else None,
-                    "pickup_lfd_rail": iso(lfd_r) if lfd_r < NEVER else None,
-                    "pickup_lfd_line": iso(lfd_l) if lfd_l < NEVER else None,
-                },
-                "ssl_lfd": iso(lfd_l) if lfd_l < NEVER else None,
+                "ind_facility_lfd_on": lfds["ind_facility_lfd_on"],
+                "import_deadlines": lfds["import_deadlines"],
+                "ssl_lfd": lfds["ssl_lfd"],
             },
             "relationships": {
                 "shipment": {"data": _ident(a.shipment_ids[c["ship"]], "shipment")},
@@ -347,6 +328,7 @@ class Renderer:
         word = R.VESSEL_WORDS[s["vessel"]]
         vessel = f"{carrier.vessel_prefix} {word}" if carrier.vessel_prefix else f"{word} EXPRESS"
         atd, ata = s["atd"], s["ata"]
+        eta = s["eta_orig"] if t < s["eta_chg"] and s["eta_orig"] < NEVER else ata
         first = s["first"]
         dest_ata = a.containers.get(first, "ind_ata") if dest else NEVER
         stopped = s["stop_at"] <= t
@@ -389,7 +371,7 @@ class Renderer:
                 "pol_etd_at": iso(atd) if t < atd else None,
                 "pol_atd_at": vis(atd),
                 "pol_timezone": pol.time_zone,
-                "pod_eta_at": iso(ata) if t < ata else None,
+                "pod_eta_at": iso(eta) if t < ata else None,
                 "pod_original_eta_at": opt(s["eta_orig"]),
                 "pol_original_etd_at": opt(s["etd_orig"]),
                 "destination_original_eta_at": opt(s["dest_eta_orig"]) if dest else None,
@@ -413,7 +395,8 @@ class Renderer:
                     derive_uuid(seed, "user", k % 5), "user")
                     if reason == "cancelled_by_user" else None},
                 "containers": {"data": [
-                    _ident(a.container_ids[j], "container") for j in range(first, first + s["n"])]},
+                    _ident(a.container_ids[j], "container") for j in range(first, first + s["n"])
+                    if not (a.deleted and j in a.deleted)]},
             },
         }
 
@@ -453,6 +436,8 @@ class Renderer:
                 for inc in includes:
                     if inc == "containers":
                         for j in range(s["first"], s["first"] + s["n"]):
+                            if a.deleted and j in a.deleted:
+                                continue
                             put(("container", a.container_ids[j]), lambda j=j: self.container(j))
                     elif inc == "pod_terminal":
                         put(("terminal", self.terminal_ids[s["term"]]),

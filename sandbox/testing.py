@@ -123,13 +123,15 @@ class SandboxProcess:
                  startup_timeout: float = 120.0, extra_args: list[str] | None = None,
                  webhook_backoff: float | None = None, webhook_timeout: float | None = None,
                  document_delay: float | None = None,
-                 emails_per_day: float | None = None) -> None:
+                 emails_per_day: float | None = None,
+                 active_share: float | None = None) -> None:
         self.options = dict(containers=containers, seed=seed, rate_limit=rate_limit,
                             faults=faults, clock=clock, api_key=api_key, host=host)
         self.event_options = {"--webhook-backoff-seconds": webhook_backoff,
                               "--webhook-timeout-seconds": webhook_timeout,
                               "--document-delay-seconds": document_delay,
-                              "--emails-per-day": emails_per_day}
+                              "--emails-per-day": emails_per_day,
+                              "--active-share": active_share}
         self.startup_timeout = startup_timeout
         self.extra_args = list(extra_args or [])
         self.base_url = ""
@@ -260,6 +262,15 @@ class SandboxProcess:
     def refresh(self, count: int = 1) -> dict[str, Any]:
         """Mark ``count`` seeded-random containers as refreshed now (moves them to the front)."""
         return self._admin("POST", "refresh", count=count)
+
+    def delete_container(self, container_id: str) -> dict[str, Any]:
+        """Delete a container upstream (``POST /admin/delete``): it leaves every list."""
+        return self._admin("POST", "delete", container=container_id)
+
+    def timestamps(self) -> dict[str, Any]:
+        """Internal timestamps the payloads do not carry: ``containers`` (id ->
+        ``updated_at``) and ``shipments`` (id -> ``updated_at``, ``pod_eta_changed_at``)."""
+        return self._admin("GET", "ground_truth/timestamps")
 
     def stats(self) -> dict[str, Any]:
         """Request statistics of /v2 since start or the last reset."""

@@ -17,6 +17,7 @@ Rows are plain ``dict[str, int]`` built by :meth:`sandbox.model.Account.crow` (c
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import NamedTuple
@@ -51,6 +52,20 @@ TMF_PER_TEU = 37.71
 MAX_FEE_DAYS = 120
 
 Row = dict[str, int]
+
+
+_TIMES: tuple[str, ...] = tuple(
+    f"T{h:02d}:{m:02d}:{sec:02d}Z" for h in range(24) for m in range(60) for sec in range(60))
+_DAYS: dict[int, str] = {}
+
+
+def iso(ts: int) -> str:
+    """Epoch seconds -> ``YYYY-MM-DDTHH:MM:SSZ`` (day strings cached, time-of-day tabled)."""
+    d, sec = divmod(ts, 86400)
+    day = _DAYS.get(d)
+    if day is None:
+        day = _DAYS[d] = time.strftime("%Y-%m-%d", time.gmtime(d * 86400))
+    return day + _TIMES[sec]
 
 
 @lru_cache(maxsize=64)
