@@ -10,6 +10,7 @@ to faults or the rate limit but needs the same token.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import math
 import time
 from collections import Counter, deque
@@ -507,6 +508,10 @@ class V2Guard:
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 st.by_status[str(message["status"])] += 1
+                # the API's clock is the account's: list filters compare with it
+                date = email.utils.formatdate(st.account.clock, usegmt=True).encode()
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"date"]
+                message = {**message, "headers": [*headers, (b"date", date)]}
             await send(message)
 
         fault: Fault | None = None

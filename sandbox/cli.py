@@ -120,7 +120,8 @@ def serve(
     sys.stdout.write(f"base_url: http://{shown}:{bound}/v2\napi_key: {api_key}\n")
     sys.stdout.flush()
     config = uvicorn.Config(asgi, log_level=log_level, access_log=False, http="h11",
-                            loop="asyncio", lifespan="on", timeout_keep_alive=30)
+                            loop="asyncio", lifespan="on", timeout_keep_alive=30,
+                            date_header=False)  # V2Guard sends the account clock's date
     uvicorn.Server(config).run(sockets=[sock])
 
 
