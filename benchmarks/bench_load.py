@@ -1,266 +1,194 @@
-"""Load benchmark: the full load against the sandbox versus a bare httpx download of the same pages.
+"""Load benchmark against the sandbox: speed and memory guards, full against incremental.
 
-Run: uv run python benchmarks/bench_load.py [--sizes 20000 100000] [--repeat 3]
-[--rate-limited 25000] [--busy-core]
+Run: uv run python benchmarks/bench_load.py [--only speed|sync|paced] [--sizes 100000]
+[--repeat 2] [--sync-containers 100000] [--paced-containers 10000]
 
-Prints, per account size: wall time of the full load (scan + flatten + dlt + DuckDB merge),
-containers per second, peak RSS of the loading process, and the wall time of a bare httpx loop
-(same concurrency, same pages) that only downloads. Both run ``--repeat`` times, alternately,
-against one sandbox, each load into a new DuckDB file; the ratio is best load over best
-download. The sandbox's CPU time for the very same pages varies by up to 35% from one run to
-the next on this machine (2.97 s to 4.02 s for 20,000 containers), so one run of each gives a
-ratio anywhere between 1.4 and 1.9. ``--busy-core`` adds bare downloads while another process
-spins on the second core. On this machine that slows the sandbox by 24-31% at 100,000
-containers (15.2 s alone, 18.9 s; 15.4 s, 19.1-20.3 s), not at 20,000 (0.95-1.04x): over a
-sustained run the two cores are not independent, and a load, busy on the second core, pays
-that in its ratio too. Then, with the sandbox limited to
-100 requests per minute: share of the request budget used and share of answers that were 429.
-Targets: load <= 1.5 x bare download; peak RSS < 600 MB and flat in the account size;
->= 90% of the budget used and < 1% answered 429.
+- ``speed``: per account size, the best of ``--repeat`` full loads against the best bare httpx
+  download of the same pages (same paging, same concurrency), alternately against one sandbox,
+  and the loader's peak RSS. Guards: 100,000 containers at most 1.6 x the bare download; peak
+  RSS under 600 MB at 1,000,000 (``--sizes 1000000``).
+- ``sync``: an account of which 10% of containers are active (``--active-share 0.1``), the rest
+  settled. A full load (requests against the floor ``ceil(N/50) + ceil(S/100)``), an hour of
+  the clock, then an incremental load (requests against the full load's), the warehouse
+  compared with the ground truth after each; then the same requests projected for the captured
+  live account (292,863 containers, 170,470 shipments) at 100 requests a minute. Targets: full
+  within 2% of the floor, incremental at most 15% of full, an hourly sync of the captured
+  account under 12 minutes of API budget.
+- ``paced``: the same full and incremental loads with the sandbox limited to 100 requests a
+  minute (a smaller account, for time): minutes taken, requests, answers 429.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import json
-import os
-import resource
+import math
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
+import duckdb
 import httpx
 
 from pipelines.terminal49.settings import CONTAINER_INCLUDE, SHIPMENT_INCLUDE
 from sandbox.testing import SandboxProcess
 
-T = TypeVar("T")
 CLOCK = "2026-11-20T12:00:00Z"
 CONCURRENCY = 4
+LIVE_CONTAINERS, LIVE_SHIPMENTS = 292_863, 170_470
 
+#: One load in its own process, so that its peak RSS is its own.
 LOADER = """
 import json, resource, sys, time
 from pipelines.config import ApiSettings
 from pipelines.load import run_load
-from freetime_cli._common import quiet_logging
-quiet_logging()
-base_url, key, db, rate = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-t, cpu = time.monotonic(), time.process_time()
-s = run_load(db, ApiSettings(base_url=base_url, api_key=key, rate_limit_per_minute=rate))
-print(json.dumps({"seconds": time.monotonic() - t, "cpu_s": time.process_time() - cpu,
-                  "rows": s.rows, "requests": s.requests,
-                  "retries": s.retries, "rate_limited": s.rate_limited,
-                  "extract_seconds": s.extract_seconds, "request_times": s.request_times,
+base_url, key, db, rate, full = sys.argv[1:6]
+rate = float(rate)
+t = time.monotonic()
+s = run_load(db, ApiSettings(base_url=base_url, api_key=key, rate_limit_per_minute=rate),
+             full=True if full == "full" else None)
+print(json.dumps({"seconds": time.monotonic() - t, "kind": s.kind, "rows": s.rows,
+                  "requests": s.requests, "rate_limited": s.rate_limited,
+                  "window_from": str(s.window_from), "warnings": s.warnings,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
-def bare_download(base_url: str, key: str) -> tuple[float, int, int]:
-    """Download every page of both lists, CONCURRENCY at a time; return (seconds, pages, bytes).
+def run_loader(sb: SandboxProcess, db: Path, rate: float = 1e9, full: bool = False) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", LOADER, sb.base_url, sb.api_key, str(db), str(rate),
+         "full" if full else "auto"],
+        capture_output=True, text=True, check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"loader failed:\n{proc.stderr[-3000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
-    The same requests as the load makes (same includes, same page size and concurrency).
-    """
+
+def bare_download(base_url: str, key: str) -> tuple[float, int]:
+    """Download every page of both lists the way a full load pages them (the size the API
+    answers, CONCURRENCY at a time); return (seconds, pages)."""
     headers = {"Authorization": f"Token {key}"}
-    started = time.monotonic()
-    total_bytes = 0
-    pages = 0
+    started, pages = time.monotonic(), 0
     with httpx.Client(base_url=base_url, headers=headers, timeout=60) as client:
         for path, include in (("/containers", CONTAINER_INCLUDE), ("/shipments", SHIPMENT_INCLUDE)):
-            params: dict[str, int | str] = {"page[size]": 100, "include": include}
-            first = client.get(path, params={**params, "page[number]": 1})
-            total = first.json()["meta"]["total"]
-            n = max(1, -(-total // 100))
-            total_bytes += len(first.content)
+            params: dict[str, Any] = {"page[size]": 100, "include": include}
+            first = client.get(path, params={**params, "page[number]": 1}).json()
+            size = max(1, len(first["data"]))
+            n = max(1, math.ceil(first["meta"]["total"] / size))
 
             def get(number: int, path: str = path, params: dict = params) -> int:
                 return len(client.get(path, params={**params, "page[number]": number}).content)
 
             with ThreadPoolExecutor(CONCURRENCY) as pool:
-                total_bytes += sum(pool.map(get, range(2, n + 1)))
+                list(pool.map(get, range(2, n + 1)))
             pages += n
-    return time.monotonic() - started, pages, total_bytes
+    return time.monotonic() - started, pages
 
 
-def run_loader(base_url: str, key: str, db: Path, rate: float) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-c", LOADER, base_url, key, str(db), str(rate)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"loader failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def differences(db: Path, truth: dict[str, Any]) -> Counter[str]:
+    """What the warehouse holds that the ground truth does not, and the other way round."""
+    found: Counter[str] = Counter()
+    with duckdb.connect(str(db), read_only=True) as con:
+        for table, key in (("containers", "containers"), ("shipments", "shipments")):
+            ids = {r[0] for r in con.execute(f"SELECT id FROM terminal49.{table}").fetchall()}
+            want = {r["id"] for r in truth[key]}
+            found[f"{table} missing"] = len(want - ids)
+            found[f"{table} extra"] = len(ids - want)
+        holds = Counter(con.execute(
+            "SELECT container_id, name, status FROM terminal49.container_holds").fetchall())
+        status = dict(
+            con.execute("SELECT id, current_status FROM terminal49.containers").fetchall()
+        )
+    want_holds: Counter[tuple[Any, ...]] = Counter()
+    for c in truth["containers"]:
+        for h in c["attributes"].get("holds_at_pod_terminal") or []:
+            want_holds[(c["id"], h["name"], h["status"])] += 1
+        want = c["attributes"]["current_status"]
+        if status.get(c["id"], want) != want:
+            found["containers stale"] += 1
+    found["holds differing"] = sum(((holds - want_holds) + (want_holds - holds)).values())
+    return +found
 
 
-def _cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) of process ``pid`` so far; NaN where /proc cannot tell."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return float("nan")
-
-
-def _with_cpu(pid: int, run: Callable[[], T]) -> tuple[T, float]:
-    """``run()``, and the CPU seconds process ``pid`` (the sandbox) spent meanwhile."""
-    before = _cpu_seconds(pid)
-    result = run()
-    return result, _cpu_seconds(pid) - before
-
-
-@contextlib.contextmanager
-def _busy_core() -> Iterator[None]:
-    """Another process spinning in pure Python for the duration of the block."""
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        yield
-    finally:
-        spinner.kill()
-        spinner.wait()
-
-
-def bench_size(n: int, repeat: int = 3, busy_core: bool = False) -> dict:
-    """``repeat`` bare downloads and full loads, alternately; the best of each, every run's
-    times (and CPU seconds of the sandbox and the loader), and the highest peak RSS of the
-    loads. The CPU seconds show what the wall times hide on two cores: the loader and the
-    sandbox compete for them, so the loader's own CPU is what a faster load has to cut.
-
-    ``busy_core``: then ``repeat`` bare downloads more while another process keeps a core busy
-    (``busy``: best of them, and the sandbox's CPU seconds). The bare download leaves the
-    second core idle; a load cannot, and on this machine the sandbox's own work gets slower
-    when the other core works."""
-    bares: list[float] = []
-    loads: list[dict] = []
-    cpu: list[str] = []
-    busy: list[tuple[float, float]] = []
-    with (
-        SandboxProcess(containers=n, seed=49, clock=CLOCK, rate_limit=0) as sb,
-        tempfile.TemporaryDirectory() as tmp,
-    ):
-        assert sb.process is not None  # started by the with statement
-        pid = sb.process.pid
-        bare = functools.partial(bare_download, sb.base_url, sb.api_key)
+def bench_speed(n: int, repeat: int) -> dict:
+    with SandboxProcess(containers=n, seed=7, clock=CLOCK) as sb, \
+            tempfile.TemporaryDirectory() as tmp:
+        bare, loads = [], []
         for k in range(repeat):
-            (bare_s, pages, nbytes), bare_cpu = _with_cpu(pid, bare)
-            bares.append(bare_s)
-            db = Path(tmp) / f"bench{k}.duckdb"
-            load, load_cpu = _with_cpu(
-                pid, functools.partial(run_loader, sb.base_url, sb.api_key, db, 1e9))
-            loads.append(load)
-            cpu.append(f"{bare_cpu:.1f}/{load_cpu:.1f}+{load['cpu_s']:.1f}")
-        for _ in range(repeat if busy_core else 0):
-            with _busy_core():
-                (busy_s, _, _), busy_cpu = _with_cpu(pid, bare)
-                busy.append((busy_s, busy_cpu))
-    best = min(loads, key=lambda r: r["seconds"])
-    containers = best["rows"]["containers"]
-    return {
-        "containers": n,
-        "pages": pages,
-        "mb_downloaded": nbytes / 1e6,
-        "bare_s": min(bares),
-        "load_s": best["seconds"],
-        "extract_s": best["extract_seconds"],
-        "ratio": best["seconds"] / min(bares),
-        "containers_per_s": containers / best["seconds"],
-        "peak_rss_mb": max(r["peak_rss_mb"] for r in loads),
-        "runs": " ".join(
-            f"{b:.1f}/{r['seconds']:.1f}" for b, r in zip(bares, loads, strict=True)
-        ),
-        "cpu": " ".join(cpu),
-        "busy": min(busy) if busy else None,
-    }
+            bare.append(bare_download(sb.base_url, sb.api_key)[0])
+            loads.append(run_loader(sb, Path(tmp) / f"w{k}.duckdb", full=True))
+        best = min(loads, key=lambda r: r["seconds"])
+        return {
+            "containers": n,
+            "bare_s": round(min(bare), 2),
+            "load_s": round(best["seconds"], 2),
+            "ratio": round(best["seconds"] / min(bare), 2),
+            "requests": best["requests"],
+            "peak_rss_mb": round(max(r["peak_rss_mb"] for r in loads)),
+            "runs": [
+                (round(b, 2), round(r["seconds"], 2)) for b, r in zip(bare, loads, strict=True)
+            ],
+        }
 
 
-def bench_rate_limited(n: int, limit: int = 100) -> dict:
-    with SandboxProcess(containers=n, seed=49, clock=CLOCK, rate_limit=limit) as sb:
-        with tempfile.TemporaryDirectory() as tmp:
-            result = run_loader(sb.base_url, sb.api_key, Path(tmp) / "bench.duckdb", limit)
-        stats = sb.stats()
-    by_status = stats.get("by_status", {})
-    served = sum(by_status.values())
-    limited = by_status.get("429", 0)
-    minutes = result["seconds"] / 60
-    # Under a rolling 60 s window, at most `limit` requests fit in each window starting at the
-    # first request. The last window is only partly needed when the scan runs out of pages, so
-    # budget use is measured over the full windows (while there was work), and end to end.
-    times = sorted(result["request_times"])
-    full = int((times[-1] - times[0]) // 60) if times else 0
-    in_full = sum(1 for t in times if t - times[0] < full * 60)
-    windows = full + 1
+def bench_sync(n: int, rate: float = 1e9) -> dict:
+    """A full load, an hour of the clock, an incremental load: requests, time, correctness."""
+    with SandboxProcess(containers=n, seed=21, clock=CLOCK, active_share=0.1,
+                        rate_limit=int(rate) if rate < 1e9 else 0) as sb, \
+            tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "w.duckdb"
+        truth = sb.ground_truth()
+        shipments = len(truth["shipments"])
+        floor = math.ceil(n / 50) + math.ceil(shipments / 100)
+        full = run_loader(sb, db, rate)
+        full_diff = differences(db, truth)
+        moved = sb.advance(hours=1)
+        incremental = run_loader(sb, db, rate)
+        inc_diff = differences(db, sb.ground_truth())
+    share = incremental["requests"] / full["requests"]
+    live_full = math.ceil(LIVE_CONTAINERS / 50) + math.ceil(LIVE_SHIPMENTS / 100)
     return {
         "containers": n,
-        "requests": served,
-        "minutes": minutes,
-        "budget_used": in_full / (limit * full) if full else float("nan"),
-        "budget_used_end_to_end": served / (limit * windows),
-        "full_windows": full,
-        "share_429": limited / served if served else 0.0,
-        "n_429": limited,
+        "shipments": shipments,
+        "floor": floor,
+        "full": {k: full[k] for k in ("requests", "seconds", "rate_limited", "peak_rss_mb")},
+        "full_over_floor": round(full["requests"] / floor - 1, 4),
+        "full_differences": dict(full_diff),
+        "changed_in_the_hour": moved.get("changed_containers"),
+        "incremental": {k: incremental[k] for k in
+                        ("requests", "seconds", "rate_limited", "window_from", "kind")},
+        "incremental_share": round(share, 3),
+        "incremental_differences": dict(inc_diff),
+        "projection_live": {
+            "full_requests": live_full,
+            "full_minutes_at_100_per_min": round(live_full / 100, 1),
+            "incremental_requests": math.ceil(live_full * share),
+            "incremental_minutes_at_100_per_min": round(live_full * share / 100, 1),
+        },
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="*", default=[20_000, 100_000])
-    parser.add_argument(
-        "--repeat", type=int, default=3, help="bare downloads and loads per size (best counts)"
-    )
-    parser.add_argument(
-        "--rate-limited",
-        type=int,
-        default=25_000,
-        help="account size for the 100 req/min run (0 to skip)",
-    )
-    parser.add_argument(
-        "--busy-core",
-        action="store_true",
-        help="also time bare downloads while another process keeps a core busy",
-    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=["speed", "sync", "paced"])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--sync-containers", type=int, default=100_000)
+    parser.add_argument("--paced-containers", type=int, default=10_000)
     args = parser.parse_args()
-    rows = []
-    for n in args.sizes:
-        r = bench_size(n, args.repeat, args.busy_core)
-        rows.append(r)
-        print(
-            f"{n:>7} containers: {r['pages']} pages, {r['mb_downloaded']:.0f} MB | bare download "
-            f"{r['bare_s']:.1f}s | full load {r['load_s']:.1f}s (scan {r['extract_s']:.1f}s) "
-            f"= {r['ratio']:.2f}x bare (target <= 1.5) | {r['containers_per_s']:.0f} containers/s "
-            f"| peak RSS {r['peak_rss_mb']:.0f} MB (target < 600) | runs, bare/load s: "
-            f"{r['runs']} | CPU s, sandbox in bare/sandbox in load+loader: {r['cpu']}",
-            flush=True,
-        )
-        if r["busy"]:
-            busy_s, busy_cpu = r["busy"]
-            print(
-                f"{n:>7} containers: bare download with the other core busy {busy_s:.1f}s "
-                f"(sandbox CPU {busy_cpu:.1f}s) = {busy_s / r['bare_s']:.2f}x the bare download"
-            )
-    if len(rows) >= 2:
-        growth = rows[-1]["peak_rss_mb"] / rows[0]["peak_rss_mb"]
-        print(
-            f"peak RSS growth {rows[0]['containers']} -> {rows[-1]['containers']}: "
-            f"{growth:.2f}x (target: flat, ~1x)"
-        )
-    if args.rate_limited:
-        r = bench_rate_limited(args.rate_limited)
-        print(
-            f"rate limited 100/min, {r['containers']} containers: {r['requests']} requests in "
-            f"{r['minutes']:.2f} min, budget used {r['budget_used']:.1%} over "
-            f"{r['full_windows']} full windows (target >= 90%), "
-            f"{r['budget_used_end_to_end']:.1%} counting the last, partly needed window, "
-            f"429s {r['n_429']} = {r['share_429']:.2%} (target < 1%)"
-        )
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"benchmark process peak RSS {peak:.0f} MB")
+    if args.only in (None, "speed"):
+        for n in args.sizes:
+            print(json.dumps({"speed": bench_speed(n, args.repeat)}), flush=True)
+    if args.only in (None, "sync"):
+        print(json.dumps({"sync": bench_sync(args.sync_containers)}), flush=True)
+    if args.only in (None, "paced"):
+        print(json.dumps({"paced": bench_sync(args.paced_containers, rate=100)}), flush=True)
 
 
 if __name__ == "__main__":

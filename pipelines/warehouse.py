@@ -8,6 +8,7 @@ connections briefly; anyone meeting a lock retries for a while and then gets
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -19,6 +20,8 @@ from pipelines.config import working_folder
 
 if TYPE_CHECKING:
     import polars as pl
+
+log = logging.getLogger("freetime.warehouse")
 
 
 class WarehouseError(Exception):
@@ -67,6 +70,7 @@ def connect(
                 f"{exc.strerror or exc}"
             ) from exc
     deadline = time.monotonic() + retry_seconds
+    waiting = False
     while True:
         try:
             return duckdb.connect(str(path), read_only=read_only, config=dict(config or {}))
@@ -82,6 +86,12 @@ def connect(
                     f"the warehouse {path} is locked by another process (a load or an open "
                     f"notebook) and stayed locked for {retry_seconds:.0f}s; close it and retry"
                 ) from exc
+            if not waiting:
+                waiting = True
+                log.warning(
+                    "the warehouse %s is locked by another process; waiting up to %.0fs",
+                    path, retry_seconds,
+                )
             time.sleep(poll_seconds)
 
 

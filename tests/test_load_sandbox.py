@@ -493,15 +493,21 @@ def _hold_read_lock(db: Path, seconds: float) -> subprocess.Popen[str]:
     return proc
 
 
-def test_locked_warehouse_is_retried_then_reported(sandbox: Any, tmp_path: Path) -> None:
+def test_locked_warehouse_is_retried_then_reported(
+    sandbox: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     db = tmp_path / "w.duckdb"
     run_load(db, _api(sandbox))
     before = _dump(db)
-    # A reader that goes away within the retry window: the load waits, then completes.
+    # A reader that goes away within the retry window: the load waits, says so, then completes.
     reader = _hold_read_lock(db, 3)
-    summary = run_load(db, _api(sandbox), lock_retry_seconds=30)
+    with caplog.at_level("WARNING", logger="freetime.warehouse"):
+        summary = run_load(db, _api(sandbox), lock_retry_seconds=30)
     reader.wait()
     assert summary.rows["containers"] > 0
+    assert [r.getMessage() for r in caplog.records if r.name == "freetime.warehouse"] == [
+        f"the warehouse {db} is locked by another process; waiting up to 30s"
+    ]
     # A reader that stays: a plain message, and the warehouse is as it was.
     reader = _hold_read_lock(db, 30)
     try:
