@@ -1,5 +1,5 @@
-"""The flattener's fast path (one struct conversion per page) gives the same tables as the
-column-by-column path, on captured responses and on pages with values of unexpected types."""
+"""The flattener: JSON:API resources to typed Arrow tables, on captured responses and on pages
+with values of unexpected types (which land beside their columns, in ``__raw``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from unittest.mock import Mock
 
 import orjson
 import pyarrow as pa
@@ -19,17 +18,6 @@ from conftest import reference_json
 from pipelines.terminal49 import flatten, pages
 
 FETCHED = dt.datetime(2026, 11, 20, 12, tzinfo=dt.UTC)
-
-
-def _both(fn: Any, records: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> pa.Table:
-    args = (records, FETCHED)
-    fast = fn(*args)
-    monkeypatch.setattr(flatten, "FAST_PATH", False)
-    slow = fn(*args)
-    monkeypatch.setattr(flatten, "FAST_PATH", True)
-    assert fast.schema == slow.schema
-    assert fast.equals(slow), (fast.to_pylist(), slow.to_pylist())
-    return fast
 
 
 def _captured() -> dict[str, list[dict[str, Any]]]:
@@ -53,14 +41,15 @@ TABLES = {
 
 
 @pytest.mark.parametrize("table", list(TABLES))
-def test_fast_path_equals_column_path_on_captured_responses(table: str, monkeypatch) -> None:
+def test_captured_responses_flatten_to_one_row_each(table: str) -> None:
     records = _captured()[table]
     assert records, f"no captured {table}"
-    out = _both(TABLES[table], records, monkeypatch)
+    out = TABLES[table](records, FETCHED)
     assert out.num_rows == len(records)
+    assert not [n for n in out.column_names if n.endswith("__raw")]
 
 
-def test_odd_values_take_the_column_path_and_land(monkeypatch) -> None:
+def test_odd_values_land() -> None:
     base = _captured()["containers"][0]
     odd = copy.deepcopy(base)
     odd["id"] = "odd-1"
@@ -70,7 +59,7 @@ def test_odd_values_take_the_column_path_and_land(monkeypatch) -> None:
         pod_discharged_at="yesterday",  # not an instant: NULL plus __raw
         brand_new_attribute={"nested": [1, 2]},  # unknown: lands as JSON text
     )
-    out = _both(flatten.containers_table, [base, odd], monkeypatch)
+    out = flatten.containers_table([base, odd], FETCHED)
     rows = out.to_pylist()
     assert rows[1]["equipment_length"] == 40
     assert rows[1]["seal_number__raw"] == "12345"
@@ -82,34 +71,28 @@ def test_odd_values_take_the_column_path_and_land(monkeypatch) -> None:
     assert rows[0]["pod_discharged_at__raw"] is None
 
 
-def test_timestamps_and_numbers_as_text_on_the_fast_path(monkeypatch) -> None:
+def test_timestamps_and_numbers_as_text_are_read() -> None:
     ports = copy.deepcopy(_captured()["ports"])
     for p in ports:
         p["attributes"]["latitude"] = "32.83"  # production sends coordinates as strings
-    out = _both(flatten.ports_table, ports, monkeypatch)
+    out = flatten.ports_table(ports, FETCHED)
     assert set(out.column("latitude").to_pylist()) == {32.83}
     base = copy.deepcopy(_captured()["containers"][0])
     base["attributes"]["terminal_checked_at"] = "2025-11-14T03:00:00+00:00"
-    out = _both(flatten.containers_table, [base], monkeypatch)
+    out = flatten.containers_table([base], FETCHED)
     assert out.column("terminal_checked_at").to_pylist() == [
         dt.datetime(2025, 11, 14, 3, tzinfo=dt.UTC)
     ]
 
 
-def test_an_unparseable_instant_on_the_fast_path_lands_beside_its_column(monkeypatch) -> None:
-    """Only a timestamp is odd: the struct conversion succeeds (it is text) and the one cast of
-    all timestamp columns fails; each column is then cast alone, and the odd ones keep their
-    text in ``__raw`` right after the column, as the column path has it."""
+def test_an_unparseable_instant_lands_beside_its_column() -> None:
+    """Only the odd columns get a ``__raw`` column, right after them."""
     base = _captured()["containers"][0]
     odd = copy.deepcopy(base)
     odd["id"] = "odd-2"
     odd["attributes"]["pod_discharged_at"] = "yesterday"
     odd["attributes"]["import_deadlines"] = {"pickup_lfd_line": "soon"}
-    counted = Mock(wraps=flatten._timestamps_one_by_one)
-    monkeypatch.setattr(flatten, "_timestamps_one_by_one", counted)
-    flatten.containers_table([base, odd], FETCHED)
-    assert counted.call_count == 2  # the two odd columns, and only they, went value by value
-    out = _both(flatten.containers_table, [base, odd], monkeypatch)
+    out = flatten.containers_table([base, odd], FETCHED)
     names = out.column_names
     for column, text in (("pod_discharged_at", "yesterday"), ("pickup_lfd_line", "soon")):
         assert names[names.index(column) + 1] == f"{column}__raw"
@@ -120,7 +103,7 @@ def test_an_unparseable_instant_on_the_fast_path_lands_beside_its_column(monkeyp
     assert "terminal_checked_at__raw" not in names
 
 
-def test_numbers_an_integer_column_cannot_hold_land_as_text(monkeypatch) -> None:
+def test_numbers_an_integer_column_cannot_hold_land_as_text() -> None:
     """pyarrow truncates 40.5 into an int64 column and overflows on 2**63: both are kept whole
     in ``__raw`` instead (a whole float such as 40.0 is read as the integer), and only the odd
     value leaves the typed column."""
@@ -131,7 +114,7 @@ def test_numbers_an_integer_column_cannot_hold_land_as_text(monkeypatch) -> None
         odd["id"] = f"odd-{n}"
         odd["attributes"]["equipment_length"] = value
         odd["attributes"]["brand_new_count"] = value  # an unknown attribute: never lost either
-        pages.append(_both(flatten.containers_table, [base, odd], monkeypatch).to_pylist())
+        pages.append(flatten.containers_table([base, odd], FETCHED).to_pylist())
     fraction, huge, whole = (page[1] for page in pages)
     for page in pages:  # the other container of the page keeps its value, typed
         assert page[0]["equipment_length"] == base["attributes"]["equipment_length"]

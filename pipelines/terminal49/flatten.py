@@ -1,4 +1,4 @@
-"""JSON:API documents to typed Arrow tables, one call per table, columnar and fast.
+"""JSON:API documents to typed Arrow tables, one call per table, a column at a time.
 
 Contract: every function takes the resource objects of one page (``data`` or ``included``) and
 returns a ``pyarrow.Table`` whose known columns have the types declared in :mod:`.settings`;
@@ -54,7 +54,7 @@ def _fractional(values: Iterable[Any]) -> bool:
 
 
 def _typed_array(name: str, values: list[Any], kind: pa.DataType | str) -> dict[str, pa.Array]:
-    """One column (or, for unparseable timestamps, the column plus ``<name>__raw``)."""
+    """One column, plus ``<name>__raw`` when some values do not read as ``kind``."""
     if kind == settings.JSON:
         return {name: pa.array([_json_text(v) for v in values], pa.string())}
     assert isinstance(kind, pa.DataType)
@@ -150,79 +150,15 @@ def _infer_array(values: list[Any]) -> pa.Array | None:
         return pa.array([_text(v) for v in values], pa.string())
 
 
-def _wire_type(kind: pa.DataType | str) -> pa.DataType:
-    """How a declared column arrives in JSON: timestamps as text, JSON columns not at all."""
-    assert isinstance(kind, pa.DataType)
-    return pa.string() if pa.types.is_timestamp(kind) else kind
-
-
-#: The one-conversion path of :func:`_known_columns` (tests turn it off to compare both paths).
-FAST_PATH = True
-
-_WIRES: dict[int, tuple[Mapping[str, pa.DataType | str], pa.StructType, list[str]]] = {}
-
-
-def _wire_of(known: Mapping[str, pa.DataType | str]) -> tuple[pa.StructType, list[str]]:
-    """The struct type the non-JSON columns of ``known`` arrive as, and the integer columns
-    among them (cached per mapping: every page asks)."""
-    cached = _WIRES.get(id(known))
-    if cached is None or cached[0] is not known:
-        fields = [(n, _wire_type(k)) for n, k in known.items() if k != settings.JSON]
-        integers = [
-            n for n, k in known.items() if isinstance(k, pa.DataType) and pa.types.is_integer(k)
-        ]
-        cached = _WIRES[id(known)] = (known, pa.struct(fields), integers)
-    return cached[1], cached[2]
-
-
 def _known_columns(
     attrs: Sequence[Mapping[str, Any]], known: Mapping[str, pa.DataType | str]
 ) -> dict[str, pa.Array]:
-    """The declared columns, in declaration order.
-
-    Fast path: one conversion of every record into a struct of the wire types (in C), then
-    one cast of all the timestamp columns (:func:`_cast_timestamps`). Any value of another type
-    makes that conversion fail; the page then takes :func:`_typed_array` column by column, whose
-    fallbacks (numbers sent as text, ``__raw`` columns) decide what lands. Both paths give the
-    same table.
-    """
-    struct = None
-    wire, integers = _wire_of(known)
-    if FAST_PATH and not any(_fractional(a.get(n) for a in attrs) for n in integers):
-        with contextlib.suppress(*_UNCONVERTIBLE):
-            struct = pa.array(attrs, wire)
-    children = iter(struct.flatten()) if struct is not None else None
-    landed: dict[str, dict[str, pa.Array]] = {}  # per column: it (and its __raw column)
-    texts: dict[pa.DataType, dict[str, pa.Array]] = {}  # timestamp columns still text, by type
+    """The declared columns, in declaration order, each with its ``__raw`` column if it has
+    one (see :func:`_typed_array`)."""
+    cols: dict[str, pa.Array] = {}
     for name, kind in known.items():
-        if kind == settings.JSON or children is None:
-            landed[name] = _typed_array(name, [a.get(name) for a in attrs], kind)
-            continue
-        arr = next(children)
-        assert isinstance(kind, pa.DataType)
-        if pa.types.is_timestamp(kind):
-            texts.setdefault(kind, {})[name] = arr
-        else:
-            landed[name] = {name: arr}
-    for kind, columns in texts.items():
-        landed.update(_cast_timestamps(columns, kind))
-    return {k: v for name in known for k, v in landed[name].items()}
-
-
-def _cast_timestamps(
-    texts: Mapping[str, pa.Array], kind: pa.DataType
-) -> dict[str, dict[str, pa.Array]]:
-    """Text columns of one length as ``kind``: per column, the column (and ``<name>__raw`` if
-    some values do not parse, see :func:`_timestamps_one_by_one`).
-
-    One cast for all: a page's two dozen casts of 100 values cost 0.25 ms one by one and
-    0.06 ms as one. If any value does not parse, each column is cast on its own."""
-    if len(texts) > 1:
-        with contextlib.suppress(*_UNCONVERTIBLE):
-            cast = pa.concat_arrays(list(texts.values())).cast(kind)
-            n = len(next(iter(texts.values())))
-            return {name: {name: cast.slice(k * n, n)} for k, name in enumerate(texts)}
-    return {name: _timestamp_column(name, text, kind) for name, text in texts.items()}
+        cols.update(_typed_array(name, [a.get(name) for a in attrs], kind))
+    return cols
 
 
 def _timestamp_column(name: str, text: pa.Array, kind: pa.DataType) -> dict[str, pa.Array]:
@@ -245,8 +181,6 @@ def _attribute_columns(
     attrs = [r.get("attributes") or {} for r in records]
     cols = _known_columns(attrs, known)
     handled = set(known) | set(skip)
-    if set().union(*attrs) <= handled:  # the usual page: no attribute we do not know
-        return cols
     cols.update(_extra_columns(attrs, handled, [*handled, *derived, *cols]))
     return cols
 
@@ -325,10 +259,7 @@ _CHILD_OWN = ("_deleted", "fetched_at")
 
 
 def _instants(fetched_at: Fetched, records_of_rows: Sequence[int]) -> pa.Array:
-    """The ``fetched_at`` column of rows that belong to records ``records_of_rows``.
-
-    One instant is converted once and repeated: pyarrow converts a list of aware datetimes one
-    by one (about 0.7 µs each, 0.18 ms for a page's holds and fees)."""
+    """The ``fetched_at`` column of rows that belong to records ``records_of_rows``."""
     if isinstance(fetched_at, dt.datetime):
         return pa.repeat(pa.scalar(fetched_at, settings.TS), len(records_of_rows))
     return fetched_at.take(pa.array(records_of_rows, pa.int64()))
@@ -349,7 +280,7 @@ def _table(
     return pa.Table.from_arrays(list(base.values()), schema=pa.schema(fields))
 
 
-#: ``import_deadlines``' fields, all instants (one mapping: :func:`_wire_of` caches by identity).
+#: ``import_deadlines``' fields, all instants.
 _DEADLINES: Mapping[str, pa.DataType | str] = {n: settings.TS for n in settings.IMPORT_DEADLINES}
 
 
