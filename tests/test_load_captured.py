@@ -72,9 +72,13 @@ def test_captured_responses_land_with_every_field(loopback, tmp_path: Path) -> N
     cols = _columns(con, "containers")
     attrs = container["data"]["attributes"]
     for key, value in attrs.items():
-        if key == "import_deadlines":
+        if key == "import_deadlines":  # whole, and each LFD as its local date
+            assert cols[key] == "JSON"
             for sub in settings.IMPORT_DEADLINES:
-                assert cols[sub] == "TIMESTAMP WITH TIME ZONE"
+                assert cols[sub] == "DATE"
+            assert cols["has_pod_deadlines"] == "BOOLEAN"
+        elif key in settings.LFD_ATTRIBUTES:
+            assert (cols[key], cols[f"{key}_wire"]) == ("DATE", "VARCHAR")
         elif key in settings.CONTAINER_CHILD_ARRAYS:
             assert cols[f"{key}_known"] == "BOOLEAN"
         elif value is None and key not in settings.CONTAINER_ATTRIBUTES:

@@ -45,6 +45,17 @@ def _ts(value: str | None) -> str | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC).isoformat()
 
 
+def _local_day(value: str | None, zone: str | None) -> str | None:
+    """An API LFD (bare date or instant) as its calendar day in ``zone`` (UTC when none)."""
+    if not value or len(value) == 10:
+        return value
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    instant = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return instant.astimezone(ZoneInfo(zone or "UTC")).date().isoformat()
+
+
 def assert_equals_ground_truth(db: Path, truth: dict[str, Any], *, values: bool = True) -> None:
     """Every table holds exactly the ground truth's records (and, with values, their fields)."""
     con = duckdb.connect(str(db), read_only=True)
@@ -90,7 +101,7 @@ def assert_equals_ground_truth(db: Path, truth: dict[str, Any], *, values: bool 
             for r in _rows(
                 con,
                 "SELECT id, current_status, available_for_pickup, "
-                "strftime(pickup_lfd_terminal AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%S'), "
+                "strftime(pickup_lfd_terminal, '%Y-%m-%d'), "
                 "strftime(pod_discharged_at AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%S'), "
                 "shipment_id FROM terminal49.containers",
             )
@@ -101,7 +112,7 @@ def assert_equals_ground_truth(db: Path, truth: dict[str, Any], *, values: bool 
             want = (
                 a["current_status"],
                 a["available_for_pickup"],
-                _ts(lfd)[:19] if lfd else None,
+                _local_day(lfd, a.get("pod_timezone")),
                 _ts(a["pod_discharged_at"])[:19] if a.get("pod_discharged_at") else None,
                 c["relationships"]["shipment"]["data"]["id"],
             )
@@ -132,9 +143,9 @@ def test_tables_types_and_ground_truth(sandbox: Any, tmp_path: Path) -> None:
     con.close()
     expected = {
         "containers.id": "VARCHAR",
-        "containers.pickup_lfd_terminal": "TIMESTAMP WITH TIME ZONE",
-        "containers.pickup_lfd_rail": "TIMESTAMP WITH TIME ZONE",
-        "containers.pickup_lfd_line": "TIMESTAMP WITH TIME ZONE",
+        "containers.pickup_lfd_terminal": "DATE",
+        "containers.pickup_lfd_rail": "DATE",
+        "containers.pickup_lfd_line": "DATE",
         "containers.available_for_pickup": "BOOLEAN",
         "containers.equipment_length": "BIGINT",
         "containers.weight_in_lbs": "DOUBLE",

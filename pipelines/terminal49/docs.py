@@ -9,8 +9,9 @@ from __future__ import annotations
 import duckdb
 
 TABLE_COMMENTS = {
-    "containers": "One row per container (GET /containers). LFD columns are local dates "
-    "encoded as local midnight in UTC; see pod_timezone / final_destination_timezone.",
+    "containers": "One row per container (GET /containers). LFD columns are DATEs: the local "
+    "calendar date in pod_timezone (rail and inland LFDs: final_destination_timezone), whether "
+    "the API sent a bare date or an instant; the value as sent is kept beside them.",
     "shipments": "One row per shipment (bill of lading), from /shipments and from containers' "
     "included shipments, merged on id.",
     "container_holds": "Current holds at the port terminal, one row per (container, position "
@@ -24,17 +25,64 @@ TABLE_COMMENTS = {
 _CHILD_FETCHED_AT = (
     "The fetch of the container these rows come from (UTC); only its newest fetch's rows are kept."
 )
+_LFD_WIRE = (
+    "Sent as a bare date (that day) or as an instant (its date in the zone); a value that names "
+    "no date is NULL here, its text in <column>__raw."
+)
+
+
+def _pod(path: str, what: str, date: bool = True) -> str:
+    """The comment of the column of ``import_deadlines.pod.<path>`` (a date or not)."""
+    zone = " Local date in pod_timezone (sent as a bare date or an instant)." if date else ""
+    return f"import_deadlines.pod.{path}: {what}{zone} NULL when has_pod_deadlines is false."
+
+
 COLUMN_COMMENTS: dict[str, dict[str, str]] = {
     "containers": {
         "id": "Terminal49 container id.",
         "number": "Container number (e.g. MSCU1234567).",
         "current_status": "new, on_ship, available, not_available, grounded, on_rail, picked_up, "
         "off_dock, delivered, dropped, loaded, empty_returned, awaiting_inland_transfer.",
-        "pickup_lfd": "Coalesced last free day (prefers line, then terminal, then rail).",
-        "pickup_lfd_terminal": "Terminal LFD: local date in pod_timezone, as local midnight UTC.",
-        "pickup_lfd_rail": "Rail LFD: local date in final_destination_timezone.",
-        "pickup_lfd_line": "Shipping line LFD: local date (final_destination_timezone or "
-        "pod_timezone).",
+        "pickup_lfd": "Coalesced last free day (prefers line, then terminal, then rail): local "
+        f"date in pod_timezone. {_LFD_WIRE}",
+        "pickup_lfd_wire": "pickup_lfd as the API sent it (text).",
+        "ssl_lfd": f"Shipping line's LFD: local date in pod_timezone. {_LFD_WIRE}",
+        "ssl_lfd_wire": "ssl_lfd as the API sent it (text).",
+        "ind_facility_lfd_on": "LFD at the inland facility: local date in "
+        f"final_destination_timezone (else pod_timezone, else UTC). {_LFD_WIRE}",
+        "ind_facility_lfd_on_wire": "ind_facility_lfd_on as the API sent it (text).",
+        "import_deadlines": "The API's import_deadlines object exactly as sent (JSON), pod "
+        "included; its LFDs are the pickup_lfd_terminal/line/rail and pod_lfd_* columns.",
+        "pickup_lfd_terminal": "Terminal LFD (import_deadlines.pickup_lfd_terminal): local date "
+        f"in pod_timezone. {_LFD_WIRE}",
+        "pickup_lfd_line": "Shipping line LFD (import_deadlines.pickup_lfd_line): local date in "
+        f"pod_timezone. {_LFD_WIRE}",
+        "pickup_lfd_rail": "Rail LFD (import_deadlines.pickup_lfd_rail): local date in "
+        f"final_destination_timezone (else pod_timezone, else UTC). {_LFD_WIRE}",
+        "has_pod_deadlines": "True when the API sent import_deadlines.pod (an object); then "
+        "pod_lfd_unified is the POD deadline, with no fallback to the pickup_lfd* columns.",
+        **{
+            f"pod_lfd_{source}_{field}": _pod(
+                f"{source}.{field}", what.format(whose), date=field != "manual"
+            )
+            for source, whose in (("line", "shipping line's"), ("facility", "terminal's"))
+            for field, what in (
+                ("original", "the {} first LFD."),
+                ("current", "the {} current LFD."),
+                ("calculated", "the {} LFD calculated from the tariff (shown only to eligible "
+                 "accounts)."),
+                ("manual", "true when the {} LFD is a manual override."),
+            )
+        },
+        "pod_lfd_unified": _pod("unified.current_value", "the POD deadline (NULL: unknown, never "
+                                "a legacy LFD)."),
+        "pod_lfd_unified_selection": _pod("unified.current_selection", "the source "
+                                          "pod_lfd_unified comes from (facility, line, "
+                                          "line_calculated, ...).", False),
+        "pod_lfd_unified_original": _pod("unified.original_value", "the first unified POD "
+                                         "deadline."),
+        "pod_lfd_unified_original_selection": _pod("unified.original_selection", "the source of "
+                                                   "pod_lfd_unified_original.", False),
         "available_for_pickup": "Terminal says the box can be picked up (when availability_known).",
         "holds_at_pod_terminal_known": "False when the API reported holds as null.",
         "fees_at_pod_terminal_known": "False when the API reported fees as null (not reported).",

@@ -1,11 +1,12 @@
-"""JSON:API documents to typed Arrow tables, one call per table, columnar and fast.
+"""JSON:API documents to typed Arrow tables, one call per table, a column at a time.
 
 Contract: every function takes the resource objects of one page (``data`` or ``included``) and
 returns a ``pyarrow.Table`` whose known columns have the types declared in :mod:`.settings`;
 attributes not declared there are kept as extra columns (scalars by their values' type,
 objects and arrays as JSON text), so nothing the API sends is dropped. Timestamps are UTC
-``timestamp[us, tz=UTC]``; a value that does not parse as an instant is kept as text in
-``<column>__raw`` rather than lost.
+``timestamp[us, tz=UTC]``; LFDs are ``date32`` local calendar dates (see :func:`_lfd_dates`).
+A value that does not read as its column's type is kept as text in ``<column>__raw`` (NULL in
+the column) rather than lost, and never fails a load.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import contextlib
 import datetime as dt
 import functools
 import json
+import re
+import zoneinfo
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
@@ -54,7 +57,7 @@ def _fractional(values: Iterable[Any]) -> bool:
 
 
 def _typed_array(name: str, values: list[Any], kind: pa.DataType | str) -> dict[str, pa.Array]:
-    """One column (or, for unparseable timestamps, the column plus ``<name>__raw``)."""
+    """One column, plus ``<name>__raw`` when some values do not read as ``kind``."""
     if kind == settings.JSON:
         return {name: pa.array([_json_text(v) for v in values], pa.string())}
     assert isinstance(kind, pa.DataType)
@@ -150,79 +153,23 @@ def _infer_array(values: list[Any]) -> pa.Array | None:
         return pa.array([_text(v) for v in values], pa.string())
 
 
-def _wire_type(kind: pa.DataType | str) -> pa.DataType:
-    """How a declared column arrives in JSON: timestamps as text, JSON columns not at all."""
-    assert isinstance(kind, pa.DataType)
-    return pa.string() if pa.types.is_timestamp(kind) else kind
-
-
-#: The one-conversion path of :func:`_known_columns` (tests turn it off to compare both paths).
-FAST_PATH = True
-
-_WIRES: dict[int, tuple[Mapping[str, pa.DataType | str], pa.StructType, list[str]]] = {}
-
-
-def _wire_of(known: Mapping[str, pa.DataType | str]) -> tuple[pa.StructType, list[str]]:
-    """The struct type the non-JSON columns of ``known`` arrive as, and the integer columns
-    among them (cached per mapping: every page asks)."""
-    cached = _WIRES.get(id(known))
-    if cached is None or cached[0] is not known:
-        fields = [(n, _wire_type(k)) for n, k in known.items() if k != settings.JSON]
-        integers = [
-            n for n, k in known.items() if isinstance(k, pa.DataType) and pa.types.is_integer(k)
-        ]
-        cached = _WIRES[id(known)] = (known, pa.struct(fields), integers)
-    return cached[1], cached[2]
+#: Reads the values of one declared column into its column(s) (see :func:`_known_columns`).
+Reader: TypeAlias = Callable[[list[Any]], dict[str, pa.Array]]
 
 
 def _known_columns(
-    attrs: Sequence[Mapping[str, Any]], known: Mapping[str, pa.DataType | str]
+    attrs: Sequence[Mapping[str, Any]],
+    known: Mapping[str, pa.DataType | str],
+    readers: Mapping[str, Reader] | None = None,
 ) -> dict[str, pa.Array]:
-    """The declared columns, in declaration order.
-
-    Fast path: one conversion of every record into a struct of the wire types (in C), then
-    one cast of all the timestamp columns (:func:`_cast_timestamps`). Any value of another type
-    makes that conversion fail; the page then takes :func:`_typed_array` column by column, whose
-    fallbacks (numbers sent as text, ``__raw`` columns) decide what lands. Both paths give the
-    same table.
-    """
-    struct = None
-    wire, integers = _wire_of(known)
-    if FAST_PATH and not any(_fractional(a.get(n) for a in attrs) for n in integers):
-        with contextlib.suppress(*_UNCONVERTIBLE):
-            struct = pa.array(attrs, wire)
-    children = iter(struct.flatten()) if struct is not None else None
-    landed: dict[str, dict[str, pa.Array]] = {}  # per column: it (and its __raw column)
-    texts: dict[pa.DataType, dict[str, pa.Array]] = {}  # timestamp columns still text, by type
+    """The declared columns, in declaration order, each with its ``__raw`` column if it has
+    one: by ``readers[name]`` when there is one, else by :func:`_typed_array`."""
+    cols: dict[str, pa.Array] = {}
     for name, kind in known.items():
-        if kind == settings.JSON or children is None:
-            landed[name] = _typed_array(name, [a.get(name) for a in attrs], kind)
-            continue
-        arr = next(children)
-        assert isinstance(kind, pa.DataType)
-        if pa.types.is_timestamp(kind):
-            texts.setdefault(kind, {})[name] = arr
-        else:
-            landed[name] = {name: arr}
-    for kind, columns in texts.items():
-        landed.update(_cast_timestamps(columns, kind))
-    return {k: v for name in known for k, v in landed[name].items()}
-
-
-def _cast_timestamps(
-    texts: Mapping[str, pa.Array], kind: pa.DataType
-) -> dict[str, dict[str, pa.Array]]:
-    """Text columns of one length as ``kind``: per column, the column (and ``<name>__raw`` if
-    some values do not parse, see :func:`_timestamps_one_by_one`).
-
-    One cast for all: a page's two dozen casts of 100 values cost 0.25 ms one by one and
-    0.06 ms as one. If any value does not parse, each column is cast on its own."""
-    if len(texts) > 1:
-        with contextlib.suppress(*_UNCONVERTIBLE):
-            cast = pa.concat_arrays(list(texts.values())).cast(kind)
-            n = len(next(iter(texts.values())))
-            return {name: {name: cast.slice(k * n, n)} for k, name in enumerate(texts)}
-    return {name: _timestamp_column(name, text, kind) for name, text in texts.items()}
+        values = [a.get(name) for a in attrs]
+        read = (readers or {}).get(name)
+        cols.update(read(values) if read is not None else _typed_array(name, values, kind))
+    return cols
 
 
 def _timestamp_column(name: str, text: pa.Array, kind: pa.DataType) -> dict[str, pa.Array]:
@@ -239,16 +186,25 @@ def _attribute_columns(
     known: Mapping[str, pa.DataType | str],
     skip: Iterable[str] = (),
     derived: Iterable[str] = (),
+    readers: Mapping[str, Reader] | None = None,
 ) -> dict[str, pa.Array]:
-    """The declared attributes, then the others. ``derived``: the columns the caller adds to
-    the table (relationship ids and the like), which an undeclared attribute must not take."""
-    attrs = [r.get("attributes") or {} for r in records]
-    cols = _known_columns(attrs, known)
+    """The declared attributes (see :func:`_known_columns`), then the others, except those in
+    ``skip``. ``derived``: the columns the caller adds to the table (relationship ids and the
+    like), which an undeclared attribute must not take."""
+    attrs = [_attributes(r) for r in records]
+    cols = _known_columns(attrs, known, readers)
     handled = set(known) | set(skip)
-    if set().union(*attrs) <= handled:  # the usual page: no attribute we do not know
-        return cols
     cols.update(_extra_columns(attrs, handled, [*handled, *derived, *cols]))
     return cols
+
+
+def _attributes(record: Resource) -> Mapping[str, Any]:
+    return _object(record.get("attributes"))
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (a missing or odd sub-object)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _extra_columns(
@@ -325,10 +281,7 @@ _CHILD_OWN = ("_deleted", "fetched_at")
 
 
 def _instants(fetched_at: Fetched, records_of_rows: Sequence[int]) -> pa.Array:
-    """The ``fetched_at`` column of rows that belong to records ``records_of_rows``.
-
-    One instant is converted once and repeated: pyarrow converts a list of aware datetimes one
-    by one (about 0.7 µs each, 0.18 ms for a page's holds and fees)."""
+    """The ``fetched_at`` column of rows that belong to records ``records_of_rows``."""
     if isinstance(fetched_at, dt.datetime):
         return pa.repeat(pa.scalar(fetched_at, settings.TS), len(records_of_rows))
     return fetched_at.take(pa.array(records_of_rows, pa.int64()))
@@ -349,27 +302,131 @@ def _table(
     return pa.Table.from_arrays(list(base.values()), schema=pa.schema(fields))
 
 
-#: ``import_deadlines``' fields, all instants (one mapping: :func:`_wire_of` caches by identity).
-_DEADLINES: Mapping[str, pa.DataType | str] = {n: settings.TS for n in settings.IMPORT_DEADLINES}
+_BARE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _local_date(value: Any, zone: dt.tzinfo | None) -> dt.date | None:
+    """An LFD as the calendar date it names (ValueError if it names none); empty stays NULL.
+
+    A bare date (``2026-09-24``) is that day, whatever the zone: read through UTC midnight it
+    would slip a day west of UTC. An instant (``2025-11-05T05:00:00Z``: local midnight in UTC)
+    is its date in ``zone``; with no zone (``None``: an unknown zone name) it names none."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError("not text")
+    if _BARE_DATE.fullmatch(value):
+        return dt.date.fromisoformat(value)
+    instant = _instant(value)
+    if instant is None or zone is None:
+        raise ValueError("no zone to read the instant in")
+    try:
+        return instant.astimezone(zone).date()
+    except OverflowError:  # an instant at the very edge of the calendar
+        raise ValueError("out of range") from None
+
+
+@functools.cache
+def _zone(name: str) -> dt.tzinfo | None:
+    """The IANA zone ``name``, None if there is no such zone."""
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):  # ValueError: not a zone key at all
+        return None
+
+
+def _zones(attrs: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[dt.tzinfo | None]:
+    """Per record, the zone of the first attribute of ``names`` that is set (UTC when none
+    is; None when that one names no zone)."""
+    out: list[dt.tzinfo | None] = []
+    for a in attrs:
+        name = next((a[n] for n in names if a.get(n) is not None), None)
+        out.append(dt.UTC if name is None else _zone(name) if isinstance(name, str) else None)
+    return out
+
+
+def _lfd_dates(
+    name: str, values: list[Any], zones: Sequence[dt.tzinfo | None]
+) -> dict[str, pa.Array]:
+    """LFD column ``name`` as dates (:func:`_local_date` of each value in its record's zone);
+    a value that names no date is NULL there and kept in ``<name>__raw``."""
+    zoned = list(zip(values, zones, strict=True))
+    return _one_by_one(
+        name, zoned, settings.DATE, lambda vz: _local_date(*vz), lambda vz: _wire_text(vz[0])
+    )
+
+
+def _wire_text(value: Any) -> str | None:
+    """A value as sent: text as it is, anything else as JSON."""
+    return value if isinstance(value, str) else _json_text(value)
+
+
+def _lfd_attribute(name: str, zones: Sequence[dt.tzinfo | None]) -> Reader:
+    """Reads LFD attribute ``name``: its date column, then ``<name>_wire`` (text as sent)."""
+
+    def read(values: list[Any]) -> dict[str, pa.Array]:
+        cols = _lfd_dates(name, values, zones)
+        wire = [_wire_text(v) for v in values]
+        cols[name + settings.WIRE_SUFFIX] = pa.array(wire, pa.string())
+        return cols
+
+    return read
+
+
+def _import_deadlines(attrs: Sequence[Mapping[str, Any]]) -> Reader:
+    """Reads ``import_deadlines``: the object whole (JSON), its LFDs (``settings.IMPORT_DEADLINES``)
+    and its ``pod`` object (``settings.POD_DEADLINES``, after ``has_pod_deadlines``)."""
+
+    def read(values: list[Any]) -> dict[str, pa.Array]:
+        cols = _typed_array("import_deadlines", values, settings.JSON)
+        deadlines = [_object(v) for v in values]
+        for name, zone_names in settings.IMPORT_DEADLINES.items():
+            values_of = [d.get(name) for d in deadlines]
+            cols.update(_lfd_dates(name, values_of, _zones(attrs, zone_names)))
+        pods = [d.get("pod") for d in deadlines]
+        cols[settings.HAS_POD_DEADLINES] = pa.array([isinstance(p, dict) for p in pods], pa.bool_())
+        pod_zones = _zones(attrs, settings.POD_ZONE)
+        for name, (part, field, kind) in settings.POD_DEADLINES.items():
+            pod_values = [_object(_object(p).get(part)).get(field) for p in pods]
+            if kind == settings.DATE:
+                cols.update(_lfd_dates(name, pod_values, pod_zones))
+            else:
+                cols.update(_typed_array(name, pod_values, kind))
+        return cols
+
+    return read
+
+
+#: The columns :func:`containers_table` makes of attributes besides their own.
+_CONTAINER_DERIVED = (
+    *(name + settings.WIRE_SUFFIX for name in settings.LFD_ATTRIBUTES),
+    *settings.IMPORT_DEADLINES,
+    settings.HAS_POD_DEADLINES,
+    *settings.POD_DEADLINES,
+    *(f"{a}_known" for a in settings.CONTAINER_CHILD_ARRAYS),
+    *(f"{r}_id" for r in settings.CONTAINER_RELATIONSHIPS),
+)
 
 
 def containers_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
-    """One row per container: attributes, ``import_deadlines`` split, relationship ids."""
+    """One row per container: attributes, each LFD as its local date (with its wire value),
+    ``import_deadlines`` whole and split (``pod`` included), relationship ids."""
+    attrs = [_attributes(r) for r in records]
+    readers: dict[str, Reader] = {
+        name: _lfd_attribute(name, _zones(attrs, zone_names))
+        for name, zone_names in settings.LFD_ATTRIBUTES.items()
+    }
+    readers["import_deadlines"] = _import_deadlines(attrs)
     cols = _attribute_columns(
         records,
         settings.CONTAINER_ATTRIBUTES,
-        skip=("import_deadlines", *settings.CONTAINER_CHILD_ARRAYS),
-        derived=(
-            *settings.IMPORT_DEADLINES,
-            *(f"{a}_known" for a in settings.CONTAINER_CHILD_ARRAYS),
-            *(f"{r}_id" for r in settings.CONTAINER_RELATIONSHIPS),
-        ),
+        skip=settings.CONTAINER_CHILD_ARRAYS,
+        derived=_CONTAINER_DERIVED,
+        readers=readers,
     )
-    deadlines = [(r.get("attributes") or {}).get("import_deadlines") or {} for r in records]
-    cols.update(_known_columns(deadlines, _DEADLINES))
     for array_name in settings.CONTAINER_CHILD_ARRAYS:
         cols[f"{array_name}_known"] = pa.array(
-            [(r.get("attributes") or {}).get(array_name) is not None for r in records], pa.bool_()
+            [a.get(array_name) is not None for a in attrs], pa.bool_()
         )
     cols.update(_relationship_ids(records, settings.CONTAINER_RELATIONSHIPS))
     return _table(records, cols, fetched_at)
@@ -478,16 +535,23 @@ DUCKDB_TYPES: dict[str, pa.DataType] = {
 
 
 class ColumnTypes:
-    """The type each column of each table already has: in the warehouse, or from the first page
-    of this load that carried it. :meth:`conform` makes every later page agree.
+    """The type each undeclared column of each table already has: in the warehouse, or from the
+    first page of this load that carried it. :meth:`conform` makes every later page agree.
 
     Undeclared attributes are typed by their values, so a new attribute that arrives as 12 and
     later as "A7" would give a BIGINT column and then a page it cannot store: the load would
     fail on every run from then on. Conformed, "A7" lands in ``<column>__raw`` instead.
+    The columns ``settings.DECLARED_COLUMNS`` declares keep their declared type, whatever the
+    warehouse has (the write migrates an older warehouse's column to it).
     """
 
-    def __init__(self, known: Mapping[str, Mapping[str, pa.DataType]] | None = None) -> None:
+    def __init__(
+        self,
+        known: Mapping[str, Mapping[str, pa.DataType]] | None = None,
+        declared: Mapping[str, Collection[str]] = settings.DECLARED_COLUMNS,
+    ) -> None:
         self._types = {table: dict(cols) for table, cols in (known or {}).items()}
+        self._declared = declared
 
     @classmethod
     def from_duckdb(cls, rows: Iterable[tuple[str, str, str]]) -> ColumnTypes:
@@ -499,10 +563,14 @@ class ColumnTypes:
         return cls(known)
 
     def conform(self, table_name: str, page: pa.Table) -> pa.Table:
-        """``page`` with each column in the type the table already has for it (values that do
-        not read as that type go to ``<column>__raw``); columns seen first are remembered."""
+        """``page`` with each undeclared column in the type the table already has for it (values
+        that do not read as that type go to ``<column>__raw``); columns seen first are
+        remembered. Declared columns are left as they are."""
         types = self._types.setdefault(table_name, {})
+        declared = self._declared.get(table_name, ())
         for name in list(page.column_names):
+            if name in declared:
+                continue
             column = page.column(name)
             kind = types.get(name)
             if kind is None:

@@ -36,6 +36,7 @@ RATE_WINDOW_MARGIN_S = 0.5  # send a little later than the window allows: clocks
 
 TS = pa.timestamp("us", tz="UTC")
 JSON = "json"  # marker: serialised to JSON text, typed `json` for dlt (DuckDB JSON)
+DATE = pa.date32()  # a local calendar date (LFDs), never an instant
 
 CONTAINER_ATTRIBUTES: dict[str, pa.DataType | str] = {
     "number": pa.string(),
@@ -46,7 +47,7 @@ CONTAINER_ATTRIBUTES: dict[str, pa.DataType | str] = {
     "equipment_length": pa.int64(),
     "equipment_height": pa.string(),
     "weight_in_lbs": pa.float64(),
-    "pickup_lfd": TS,
+    "pickup_lfd": DATE,
     "pickup_appointment_at": TS,
     "availability_known": pa.bool_(),
     "available_for_pickup": pa.bool_(),
@@ -70,10 +71,11 @@ CONTAINER_ATTRIBUTES: dict[str, pa.DataType | str] = {
     "ind_eta_at": TS,
     "ind_ata_at": TS,
     "ind_rail_unloaded_at": TS,
-    "ind_facility_lfd_on": TS,
+    "ind_facility_lfd_on": DATE,
     "current_status": pa.string(),
+    "import_deadlines": JSON,  # whole, as sent; its LFDs also land as the columns below
     # live-only attributes (not in the interface document, seen in production)
-    "ssl_lfd": TS,
+    "ssl_lfd": DATE,
     "delivered_at": TS,
     "empty_out_at": TS,
     "pol_full_in_at": TS,
@@ -83,8 +85,38 @@ CONTAINER_ATTRIBUTES: dict[str, pa.DataType | str] = {
     "ind_facility_holds": JSON,
     "ind_facility_fees": JSON,
 }
-# `import_deadlines` is flattened into these three columns.
-IMPORT_DEADLINES = ("pickup_lfd_terminal", "pickup_lfd_rail", "pickup_lfd_line")
+# LFDs (last free days) are local calendar dates. Each is read in the zone named by the first
+# of its zone attributes that is set (UTC when none is): a bare date ("2026-09-24") is that day,
+# an instant is its date in that zone.
+POD_ZONE = ("pod_timezone",)
+INLAND_ZONE = ("final_destination_timezone", "pod_timezone")
+# Container attributes that are LFDs: a DATE column each, plus `<name>_wire` (the value as sent).
+LFD_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "pickup_lfd": POD_ZONE,
+    "ind_facility_lfd_on": INLAND_ZONE,
+    "ssl_lfd": POD_ZONE,
+}
+WIRE_SUFFIX = "_wire"
+# `import_deadlines`' LFDs, a DATE column each (the object itself lands whole as JSON).
+IMPORT_DEADLINES: dict[str, tuple[str, ...]] = {
+    "pickup_lfd_terminal": POD_ZONE,
+    "pickup_lfd_rail": INLAND_ZONE,
+    "pickup_lfd_line": POD_ZONE,
+}
+# `import_deadlines.pod`: column -> (object in `pod`, its field, type); dates in POD_ZONE.
+# Every column is NULL for a container without a `pod` object; HAS_POD_DEADLINES says which.
+HAS_POD_DEADLINES = "has_pod_deadlines"
+POD_DEADLINES: dict[str, tuple[str, str, pa.DataType]] = {
+    **{
+        f"pod_lfd_{source}_{field}": (source, field, pa.bool_() if field == "manual" else DATE)
+        for source in ("line", "facility")
+        for field in ("original", "current", "calculated", "manual")
+    },
+    "pod_lfd_unified": ("unified", "current_value", DATE),
+    "pod_lfd_unified_selection": ("unified", "current_selection", pa.string()),
+    "pod_lfd_unified_original": ("unified", "original_value", DATE),
+    "pod_lfd_unified_original_selection": ("unified", "original_selection", pa.string()),
+}
 # Arrays that become child tables; the container row keeps whether the API reported them.
 CONTAINER_CHILD_ARRAYS = ("holds_at_pod_terminal", "fees_at_pod_terminal")
 CONTAINER_RELATIONSHIPS = ("shipment", "pod_terminal", "pickup_facility")
@@ -167,6 +199,23 @@ PORT_TYPES = ("port", "metro_area")
 
 HOLD_COLUMNS = ("name", "status", "description")
 FEE_COLUMNS = ("type", "amount", "currency_code")
+
+# The columns each table declares (attributes and the columns made of them): their type is the
+# one declared here, whatever type an older warehouse has for them (see flatten.ColumnTypes).
+DECLARED_COLUMNS: dict[str, frozenset[str]] = {
+    "containers": frozenset((
+        *CONTAINER_ATTRIBUTES,
+        *(name + WIRE_SUFFIX for name in LFD_ATTRIBUTES),
+        *IMPORT_DEADLINES,
+        HAS_POD_DEADLINES,
+        *POD_DEADLINES,
+    )),
+    "container_holds": frozenset(HOLD_COLUMNS),
+    "container_fees": frozenset(FEE_COLUMNS),
+    "shipments": frozenset(SHIPMENT_ATTRIBUTES),
+    "terminals": frozenset(TERMINAL_ATTRIBUTES),
+    "ports": frozenset(PORT_ATTRIBUTES),
+}
 
 # Column names the flattener writes itself; an attribute with one of these names is renamed
 # with this prefix rather than overwriting the resource's own identity.
