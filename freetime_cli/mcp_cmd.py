@@ -47,7 +47,7 @@ def serve(
     typer.echo(f"freetime MCP server on http://{shown}:{port}/mcp ({mode}), warehouse {path}",
                err=True)
     try:
-        uvicorn.run(app_, host=host, port=port, log_level="warning")
+        uvicorn.run(app_, host=host, port=port, log_level="warning", access_log=False)
     finally:
         reader.close()
 

@@ -144,6 +144,26 @@ def test_summary_calendar_search_freshness(server: str, warehouse: Path) -> None
     assert fresh["risk_as_of"] == CLOCK and fresh["containers_fetched_at"]
 
 
+def test_search_by_reference_number(server: str, warehouse: Path) -> None:
+    cid, ref = _risk(warehouse, "SELECT id, CAST(ref_numbers AS VARCHAR[])[1] FROM "
+                                "terminal49.containers WHERE len(CAST(ref_numbers AS "
+                                "VARCHAR[])) > 0 LIMIT 1")[0]
+    want = {r[0] for r in _risk(
+        warehouse, "SELECT c.id FROM terminal49.containers c LEFT JOIN terminal49.shipments s "
+                   "ON s.id = c.shipment_id WHERE list_contains(CAST(c.ref_numbers AS "
+                   "VARCHAR[]), ?) OR list_contains(CAST(s.ref_numbers AS VARCHAR[]), ?)",
+        [ref, ref])}
+    found = call(server, "search_container", {"query": ref.lower(), "limit": 200})
+    hits = {c["container_id"]: c for c in found.structured_content["containers"]}
+    assert cid in hits and want <= set(hits)
+    assert hits[cid]["matched_on"] == "reference_number"
+    assert ref in hits[cid]["matching_reference_numbers"]
+    prefix = call(server, "search_container", {"query": ref[:-1], "limit": 200})
+    assert cid in {c["container_id"] for c in prefix.structured_content["containers"]}
+    none = call(server, "search_container", {"query": "ZZZZ-NOTHING"}).structured_content
+    assert none["returned"] == 0 and none["containers"] == []
+
+
 @pytest.mark.parametrize("sql", [
     "SELECT * FROM read_csv('/etc/passwd')", "COPY (SELECT 1) TO '/tmp/freetime-x.csv'",
     "ATTACH '/tmp/freetime-x.duckdb'", "INSTALL httpfs", "LOAD httpfs", "PRAGMA version",
@@ -194,7 +214,8 @@ def test_calls_during_a_write_answer_and_never_hold_the_writer(
     shutil.copy(warehouse, db)
     with mcp_server(db) as base:
         url = base + "/mcp"
-        assert not call(url, "lfd_calendar").is_error  # the server has its snapshot
+        before = call(url, "containers_at_risk", {"limit": 1}).structured_content
+        assert before["matching"] > 0  # the server has its snapshot
         stop = threading.Event()
         results: list[bool] = []
 
@@ -209,6 +230,8 @@ def test_calls_during_a_write_answer_and_never_hold_the_writer(
             # A writer under a steady stream of calls gets the file at its first try ...
             con = connect(db, read_only=False, retry_seconds=1.0)
             con.execute("CREATE TABLE analytics.marker AS SELECT 1 AS x")
+            con.execute("DELETE FROM analytics.demurrage_risk WHERE container_number = ?",
+                        [before["containers"][0]["container_number"]])
             n = len(results)
             time.sleep(1.0)  # ... and holds it while the calls keep being answered
             con.close()
@@ -225,6 +248,11 @@ def test_calls_during_a_write_answer_and_never_hold_the_writer(
                 break
             time.sleep(0.3)
         assert r.structured_content["rows"] == [[1]]
+        # ... for the questions asked before too (no answer outlives its data).
+        after = call(url, "containers_at_risk", {"limit": 1}).structured_content
+        assert after["matching"] == before["matching"] - 1
+        assert after["containers"][0]["container_number"] != (
+            before["containers"][0]["container_number"])
 
 
 def test_first_call_during_a_write_says_retry(warehouse: Path, tmp_path: Path) -> None:

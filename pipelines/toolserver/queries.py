@@ -3,6 +3,11 @@
 Columns are chosen by what the tables have (every ``*lfd*`` column of ``containers``, whatever
 ``freetime_loads`` holds), so the tools follow the warehouse as it gains columns. Instants are
 ISO 8601 in UTC (``...Z``); LFDs are local calendar dates (``YYYY-MM-DD``).
+
+:func:`prepare` adds to each private snapshot what keeps calls fast at any size, all inside
+DuckDB (nothing held in Python memory): indexes on the keys a container is looked up by, the
+risk table in urgency order with its rank (:data:`RANKED`) and the search keys in order
+(:data:`SEARCH_KEYS`), in the schema :data:`OWN`.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ from decimal import Decimal
 from typing import Any, Literal
 
 import duckdb
-import polars as pl
 
 from pipelines.analytics.publish import (
     CARRIER_KEYS,
@@ -31,6 +35,16 @@ from pipelines.config import DATASET as T
 from pipelines.toolserver.snapshot import Snapshot
 
 RISK = f"{A}.demurrage_risk"
+#: The tool server's own schema in each snapshot (never in the warehouse itself).
+OWN = "toolserver"
+RANKED = f"{OWN}.risk_ranked"
+SEARCH_KEYS = f"{OWN}.search_keys"
+#: (schema, table, column) a call looks rows up by: each gets an index in the snapshot.
+LOOKUPS = (
+    (T, "containers", "number"), (T, "containers", "id"), (A, "demurrage_risk", "container_id"),
+    (T, "shipments", "id"), (T, "container_holds", "container_id"),
+    (T, "container_fees", "container_id"),
+)
 #: The columns a risk list shows, in this order (those the risk table has).
 RISK_LIST_COLUMNS = (
     "urgency_rank", "container_id", "container_number", "risk_level", "risk_reason",
@@ -111,27 +125,55 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _columns(snap: Snapshot, schema: str, table: str) -> list[str]:
+    """:func:`columns`, remembered for the snapshot."""
+    def read() -> list[str]:
+        cur = snap.con.cursor()
+        try:
+            return columns(cur, schema, table)
+        finally:
+            cur.close()
+
+    cols: list[str] = snap.cached(("columns", schema, table), read)
+    return cols
+
+
 def _require_risk(snap: Snapshot) -> None:
-    if not snap.memoized("has_risk", lambda cur: bool(columns(cur, A, "demurrage_risk"))):
+    if not _columns(snap, A, "demurrage_risk"):
         raise NotFound(f"no {RISK} in the warehouse yet: run `freetime risk` (or `freetime run`)")
 
 
+# -- preparing a snapshot ------------------------------------------------------------------
+def prepare(con: duckdb.DuckDBPyConnection) -> None:
+    """Index the lookup keys and build :data:`RANKED` and :data:`SEARCH_KEYS` on a read-write
+    connection to a private snapshot (what exists of them: tables may be missing)."""
+    for schema, table, col in LOOKUPS:
+        if col in columns(con, schema, table):
+            con.execute(f"CREATE INDEX {_q(f'{OWN}_{table}_{col}')} "
+                        f"ON {schema}.{table} ({_q(col)})")
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {OWN}")
+    if columns(con, A, "demurrage_risk"):
+        con.execute(f"CREATE TABLE {RANKED} AS SELECT row_number() OVER ({URGENCY_ORDER}) "
+                    f"AS urgency_rank, * FROM {RISK} {URGENCY_ORDER}")
+    ccols = set(columns(con, T, "containers"))
+    if {"id", "number"} <= ccols:
+        parts = [f"SELECT upper(number) AS key, id AS container_id, 1 AS rank, NULL AS ref "
+                 f"FROM {T}.containers WHERE number IS NOT NULL"]
+        scols = set(columns(con, T, "shipments"))
+        if "shipment_id" in ccols and {"id", "bill_of_lading_number"} <= scols:
+            parts.append(f"SELECT upper(s.bill_of_lading_number), c.id, 2, NULL FROM "
+                         f"{T}.containers c JOIN {T}.shipments s ON s.id = c.shipment_id "
+                         "WHERE s.bill_of_lading_number IS NOT NULL")
+        refs = [f"SELECT id, ref_numbers FROM {T}.containers"] if "ref_numbers" in ccols else []
+        if "shipment_id" in ccols and {"id", "ref_numbers"} <= scols:
+            refs.append(f"SELECT c.id, s.ref_numbers FROM {T}.containers c "
+                        f"JOIN {T}.shipments s ON s.id = c.shipment_id")
+        parts += [f"SELECT upper(r), id, 3, r FROM (SELECT id, unnest(CAST(ref_numbers AS "
+                  f"VARCHAR[])) AS r FROM ({src})) WHERE r IS NOT NULL" for src in refs]
+        con.execute(f"CREATE TABLE {SEARCH_KEYS} AS {' UNION ALL '.join(parts)} ORDER BY key")
+
+
 # -- containers at risk --------------------------------------------------------------------
-def warm(snap: Snapshot) -> None:
-    """Build what the frequent calls reuse, before the snapshot serves them."""
-    if columns(snap.con, A, "demurrage_risk"):
-        snap.memoized("risk_frame", _risk_frame)
-    _keyed(snap, T, "containers", ("number", "id"))
-    _keyed(snap, A, "demurrage_risk", ("container_id",))
-    _keyed(snap, T, "shipments", ("id",))
-
-
-def _risk_frame(cur: duckdb.DuckDBPyConnection) -> pl.DataFrame:
-    """The whole risk table, most urgent first, with its rank (memoized per snapshot)."""
-    df = cur.sql(f"SELECT * FROM {RISK} {URGENCY_ORDER}").pl()
-    return df.with_row_index("urgency_rank", offset=1)
-
-
 def containers_at_risk(
     snap: Snapshot,
     levels: Sequence[str] | None = None,
@@ -147,70 +189,62 @@ def containers_at_risk(
     bad = [x for x in lv if x not in LEVELS]
     if bad:
         raise ValueError(f"unknown risk level {', '.join(bad)}; use {', '.join(LEVELS)}")
-    df: pl.DataFrame = snap.memoized("risk_frame", _risk_frame)
-    cond = pl.col("risk_level").is_in(lv)
+    have = set(_columns(snap, OWN, "risk_ranked"))
+    cond = [f"risk_level IN ({', '.join('?' for _ in lv)})"]
+    params: list[Any] = list(lv)
+
+    def col(name: str) -> str:
+        return _q(name) if name in have else "NULL"
+
     if terminal:
         t = terminal.strip().lower()
-        cond &= (pl.col("pod_terminal_name").str.to_lowercase().str.contains(t, literal=True)
-                 | (pl.col("pod_terminal_firms_code").str.to_lowercase() == t))
+        cond.append(f"(contains(lower({col('pod_terminal_name')}), ?) "
+                    f"OR lower({col('pod_terminal_firms_code')}) = ?)")
+        params += [t, t]
     if port:
         p = port.strip().upper()
-        cond &= (pl.col("port_of_discharge_locode") == p) | (pl.col("destination_locode") == p)
+        cond.append(f"({col('port_of_discharge_locode')} = ? OR {col('destination_locode')} = ?)")
+        params += [p, p]
     if carrier:
-        cond &= pl.col("shipping_line_scac") == carrier.strip().upper()
+        cond.append(f"{col('shipping_line_scac')} = ?")
+        params.append(carrier.strip().upper())
     if customer:
-        cond &= pl.col("customer_name").str.to_lowercase().str.contains(
-            customer.strip().lower(), literal=True)
-    hits = df.filter(cond.fill_null(False))
-    show = [c for c in RISK_LIST_COLUMNS if c in hits.columns]
-    page = hits.head(limit).select(show).to_dicts()
-    rows = [{k: jsonable(v) for k, v in r.items()} for r in page]
-    as_of = df["as_of"].max() if df.height else None
+        cond.append(f"contains(lower({col('customer_name')}), ?)")
+        params.append(customer.strip().lower())
+    where = " AND ".join(f"coalesce({c}, false)" for c in cond)
+    show = ", ".join(_q(c) for c in RISK_LIST_COLUMNS if c in have)
+    cur = snap.con.cursor()
+    try:
+        rows = _records(cur, f"SELECT {show} FROM {RANKED} WHERE {where} "
+                             f"ORDER BY urgency_rank LIMIT {int(limit)}", params)
+        matching, projected, accrued = cur.execute(
+            f"SELECT count(*), coalesce(sum(projected_demurrage), 0), "
+            f"coalesce(sum(accrued_demurrage), 0) FROM {RANKED} WHERE {where}", params
+        ).fetchone() or (0, 0, 0)
+        as_of = cur.execute(f"SELECT max(as_of) FROM {RANKED}").fetchone()
+    finally:
+        cur.close()
     return {
-        "as_of": jsonable(as_of),
+        "as_of": jsonable(as_of[0] if as_of else None),
         "levels": lv,
-        "matching": hits.height,
+        "matching": int(matching),
         "returned": len(rows),
-        "projected_demurrage": float(hits["projected_demurrage"].sum() or 0.0),
-        "accrued_demurrage": float(hits["accrued_demurrage"].sum() or 0.0),
+        "projected_demurrage": float(projected),
+        "accrued_demurrage": float(accrued),
         "containers": rows,
     }
 
 
 # -- one container -------------------------------------------------------------------------
-class _Keyed:
-    """A table held in memory with a dict from key values to row positions: a lookup by
-    container number or id is a dict hit, not a scan (memoized per snapshot)."""
-
-    def __init__(self, cur: duckdb.DuckDBPyConnection, table: str, keys: Sequence[str]) -> None:
-        desc = cur.execute(f"SELECT * FROM {table} LIMIT 0").description or []
-        self.json_cols = {d[0] for d in desc if str(d[1]) == "JSON"}
-        cols = _public([d[0] for d in desc])
-        self.df = cur.sql(f"SELECT {', '.join(_q(c) for c in cols)} FROM {table}").pl()
-        self.index: dict[str, int] = {}
-        for k in keys:
-            for i, v in enumerate(self.df[k].to_list()):
-                if v is not None:
-                    self.index.setdefault(str(v), i)
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        i = self.index.get(key)
-        if i is None:
-            return None
-        row = self.df.row(i, named=True)
-        for c in self.json_cols:
-            if isinstance(row.get(c), str):
-                with contextlib.suppress(ValueError):
-                    row[c] = json.loads(row[c])
-        return {k: jsonable(v) for k, v in row.items()}
-
-
-def _keyed(snap: Snapshot, schema: str, table: str, keys: Sequence[str]) -> _Keyed | None:
-    def build(cur: duckdb.DuckDBPyConnection) -> _Keyed | None:
-        return _Keyed(cur, f"{schema}.{table}", keys) if columns(cur, schema, table) else None
-
-    found: _Keyed | None = snap.memoized(f"keyed:{schema}.{table}", build)
-    return found
+def _row(snap: Snapshot, cur: duckdb.DuckDBPyConnection, schema: str, table: str, key: str,
+         value: Any) -> dict[str, Any] | None:
+    """The first row of ``schema.table`` whose ``key`` is ``value`` (an index lookup)."""
+    cols = _public(_columns(snap, schema, table))
+    if key not in cols:
+        return None
+    rows = _records(cur, f"SELECT {', '.join(_q(c) for c in cols)} FROM {schema}.{table} "
+                         f"WHERE {_q(key)} = ? LIMIT 1", [value])
+    return rows[0] if rows else None
 
 
 def get_container(snap: Snapshot, container: str) -> dict[str, Any]:
@@ -218,20 +252,18 @@ def get_container(snap: Snapshot, container: str) -> dict[str, Any]:
     key = container.strip()
     if not key:
         raise ValueError("give a container number (e.g. MSCU1234567) or a container id")
-    table = _keyed(snap, T, "containers", ("number", "id"))
-    if table is None:
+    if not _columns(snap, T, "containers"):
         raise NotFound("the warehouse has no containers yet: run `freetime load`")
-    attrs = table.get(key.upper()) or table.get(key)
-    if attrs is None:
-        raise NotFound(f"no container with number or id {key!r} in the warehouse")
-    cid = attrs["id"]
-    risks = _keyed(snap, A, "demurrage_risk", ("container_id",))
-    risk = risks.get(cid) if risks else None
-    ships = _keyed(snap, T, "shipments", ("id",))
-    sid = attrs.get("shipment_id")
-    shipment = ships.get(sid) if ships and sid else None
     cur = snap.con.cursor()
     try:
+        attrs = (_row(snap, cur, T, "containers", "number", key.upper())
+                 or _row(snap, cur, T, "containers", "id", key))
+        if attrs is None:
+            raise NotFound(f"no container with number or id {key!r} in the warehouse")
+        cid = attrs["id"]
+        risk = _row(snap, cur, A, "demurrage_risk", "container_id", cid)
+        sid = attrs.get("shipment_id")
+        shipment = _row(snap, cur, T, "shipments", "id", sid) if sid else None
         holds = _children(snap, cur, "container_holds", cid)
         fees = _children(snap, cur, "container_fees", cid)
     finally:
@@ -262,7 +294,7 @@ def get_container(snap: Snapshot, container: str) -> dict[str, Any]:
 def _children(
     snap: Snapshot, cur: duckdb.DuckDBPyConnection, table: str, cid: str
 ) -> list[dict[str, Any]]:
-    cols: list[str] = snap.memoized(f"columns:{table}", lambda c: columns(c, T, table))
+    cols = _columns(snap, T, table)
     if not cols:
         return []
     keep = [c for c in _public(cols) if c not in ("container_id", "_deleted", "fetched_at")]
@@ -330,49 +362,42 @@ def search_container(snap: Snapshot, query: str, limit: int = 25) -> dict[str, A
     if len(q) < 2:
         raise ValueError("give at least 2 characters of a container number, bill of lading "
                          "or reference number")
+    if not _columns(snap, OWN, "search_keys"):
+        raise NotFound("the warehouse has no containers yet: run `freetime load`")
+    ccols = set(_columns(snap, T, "containers"))
+    scols = set(_columns(snap, T, "shipments"))
+    has_risk = bool(_columns(snap, A, "demurrage_risk"))
+
+    def c(name: str) -> str:
+        return f"c.{_q(name)}" if name in ccols else "NULL"
+
+    def s(name: str) -> str:
+        return f"s.{_q(name)}" if scols and name in scols and "shipment_id" in ccols else "NULL"
+
+    join = (f"LEFT JOIN {T}.shipments s ON s.id = c.shipment_id"
+            if scols and "shipment_id" in ccols else "")
+    rjoin = f"LEFT JOIN {RISK} r ON r.container_id = c.id" if has_risk else ""
+    risk = "r.risk_level, r.lfd_date" if has_risk else "NULL AS risk_level, NULL AS lfd_date"
+    # The keys are in order: a prefix is a range, read from the few row groups holding it.
+    upper = q[:-1] + chr(ord(q[-1]) + 1) if ord(q[-1]) < 0x10FFFF else q + "\uffff"
+    sql = f"""
+        WITH k AS (
+            SELECT container_id, min(rank) AS rank, list(ref ORDER BY ref) FILTER (rank = 3)
+                AS refs
+            FROM {SEARCH_KEYS} WHERE key >= $q AND key < $upper AND starts_with(key, $q)
+            GROUP BY container_id)
+        SELECT c.id AS container_id, {c('number')} AS container_number,
+            {s('bill_of_lading_number')} AS bill_of_lading_number,
+            {s('customer_name')} AS customer_name, {c('current_status')} AS current_status,
+            {risk},
+            CASE k.rank WHEN 1 THEN 'container_number' WHEN 2 THEN 'bill_of_lading_number'
+                 ELSE 'reference_number' END AS matched_on,
+            coalesce(k.refs, []) AS matching_reference_numbers
+        FROM k JOIN {T}.containers c ON c.id = k.container_id {join} {rjoin}
+        ORDER BY k.rank <> 1, container_number LIMIT $lim"""
     cur = snap.con.cursor()
     try:
-        ccols = set(columns(cur, T, "containers"))
-        scols = set(columns(cur, T, "shipments"))
-        if not ccols:
-            raise NotFound("the warehouse has no containers yet: run `freetime load`")
-
-        def c(name: str) -> str:
-            return f"c.{_q(name)}" if name in ccols else "NULL"
-
-        def s(name: str) -> str:
-            return f"s.{_q(name)}" if name in scols else "NULL"
-
-        def refs(expr: str) -> str:
-            return (f"coalesce(list_filter(CAST({expr} AS VARCHAR[]), "
-                    "lambda r: starts_with(upper(r), $q)), [])")
-
-        join = (f"LEFT JOIN {T}.shipments s ON s.id = c.shipment_id"
-                if scols and "shipment_id" in ccols else
-                "LEFT JOIN (SELECT NULL AS id WHERE false) s ON false")
-        has_risk = bool(columns(cur, A, "demurrage_risk"))
-        rjoin = (f"LEFT JOIN {RISK} r ON r.container_id = c.id" if has_risk else
-                 "LEFT JOIN (SELECT NULL AS container_id, NULL AS risk_level, NULL AS lfd_date "
-                 "WHERE false) r ON false")
-        sql = f"""
-            WITH m AS (
-                SELECT c.id AS container_id, {c('number')} AS container_number,
-                    {s('bill_of_lading_number')} AS bill_of_lading_number,
-                    {s('customer_name')} AS customer_name, {c('current_status')} AS current_status,
-                    r.risk_level, r.lfd_date,
-                    starts_with(upper({c('number')}), $q) AS by_number,
-                    starts_with(upper({s('bill_of_lading_number')}), $q) AS by_bl,
-                    list_concat({refs(c('ref_numbers'))}, {refs(s('ref_numbers'))}) AS refs
-                FROM {T}.containers c {join} {rjoin})
-            SELECT container_id, container_number, bill_of_lading_number, customer_name,
-                current_status, risk_level, lfd_date,
-                CASE WHEN by_number THEN 'container_number'
-                     WHEN by_bl THEN 'bill_of_lading_number'
-                     ELSE 'reference_number' END AS matched_on,
-                refs AS matching_reference_numbers
-            FROM m WHERE by_number OR by_bl OR len(refs) > 0
-            ORDER BY NOT coalesce(by_number, false), container_number LIMIT $lim"""
-        rows = _records(cur, sql, {"q": q, "lim": limit + 1})
+        rows = _records(cur, sql, {"q": q, "upper": upper, "lim": limit + 1})
     finally:
         cur.close()
     return {"query": query, "returned": min(len(rows), limit), "more": len(rows) > limit,

@@ -7,7 +7,7 @@ of text. A refused or failing call is a tool error with a plain message.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -99,12 +99,17 @@ def _result(text: str, data: dict[str, Any]) -> CallToolResult:
                           structured_content=data)
 
 
-def _answer(rd: SnapshotReader, fn: Callable[[Snapshot], dict[str, Any]]) -> dict[str, Any]:
-    """``fn`` on the latest snapshot; every expected failure (the warehouse busy or missing,
-    nothing found, a bad argument, refused SQL) becomes a tool error with a plain message."""
+def _answer(rd: SnapshotReader, key: Hashable | None,
+            fn: Callable[[Snapshot], dict[str, Any]]) -> dict[str, Any]:
+    """``fn`` on the latest snapshot, remembered there under ``key`` (unless None); every
+    expected failure (the warehouse busy or missing, nothing found, a bad argument, refused
+    SQL) becomes a tool error with a plain message."""
     try:
         with rd.snapshot() as snap:
-            return fn(snap)
+            if key is None:
+                return fn(snap)
+            out: dict[str, Any] = snap.cached(key, lambda: fn(snap))
+            return out
     except (WarehouseError, queries.NotFound, SqlRefused, ValueError) as exc:
         raise ToolError(str(exc)) from None
 
@@ -125,7 +130,7 @@ def build_server(
     """The MCP server over the warehouse at ``duckdb_path`` and the reader it answers from
     (close it when done). The SQL tool returns at most ``row_cap`` rows and stops a query
     after ``sql_timeout`` seconds."""
-    rd = reader or SnapshotReader(duckdb_path, warm=queries.warm)
+    rd = reader or SnapshotReader(duckdb_path, prepare=queries.prepare)
     mcp: MCPServer = MCPServer("freetime", instructions=INSTRUCTIONS, version="1",
                                log_level="WARNING")
 
@@ -143,7 +148,8 @@ def build_server(
     ) -> Annotated[CallToolResult, AtRiskOut]:
         """Containers at risk of demurrage, most urgent first (overdue, due today, then by days
         to the binding LFD), with the reason, holds and projected cost."""
-        out = _answer(rd, lambda snap: queries.containers_at_risk(
+        args = (tuple(level or ()), terminal, port, carrier, customer, limit)
+        out = _answer(rd, ("containers_at_risk", args), lambda snap: queries.containers_at_risk(
             snap, level, terminal, port, carrier, customer, limit))
         text = (f"{out['matching']} containers at {', '.join(out['levels'])} (risk as of "
                 f"{out['as_of']}); showing {out['returned']}; projected demurrage "
@@ -157,7 +163,8 @@ def build_server(
     ) -> Annotated[CallToolResult, ContainerOut]:
         """One container: attributes, holds, fees, every LFD by source and the binding one,
         its risk row (level, reason, accrued and projected costs) and its shipment."""
-        out = _answer(rd, lambda snap: queries.get_container(snap, container))
+        out = _answer(rd, ("get_container", container),
+                      lambda snap: queries.get_container(snap, container))
         risk = out["risk"] or {}
         text = (f"{out['container_number']}: {risk.get('risk_level', 'no risk row')}, binding "
                 f"LFD {risk.get('lfd_date')} ({risk.get('lfd_source')}); "
@@ -174,7 +181,8 @@ def build_server(
     ) -> Annotated[CallToolResult, SummaryOut]:
         """Active containers grouped by terminal, port, carrier, customer, risk level or LFD
         date: counts per level, accrued and projected demurrage, uncosted boxes."""
-        out = _answer(rd, lambda snap: queries.summarize_containers(snap, group_by, level, limit))
+        out = _answer(rd, ("summarize_containers", group_by, tuple(level or ()), limit),
+                      lambda snap: queries.summarize_containers(snap, group_by, level, limit))
         t = out["totals"]
         text = (f"{out['groups_total']} groups by {group_by}: {t['containers']:.0f} active, "
                 f"{t['overdue']:.0f} overdue, projected demurrage "
@@ -187,7 +195,7 @@ def build_server(
     ) -> Annotated[CallToolResult, CalendarOut]:
         """The LFD calendar: per day from today, the active boxes whose binding LFD falls
         then, how many are ready, on hold, booked, and their projected cost."""
-        out = _answer(rd, lambda snap: queries.lfd_calendar(snap, days))
+        out = _answer(rd, ("lfd_calendar", days), lambda snap: queries.lfd_calendar(snap, days))
         boxes = sum(int(d["boxes"]) for d in out["days"])
         text = (f"{boxes} boxes reach their LFD in the next {days} days; "
                 f"{out['overdue_before_today']} already overdue")
@@ -201,7 +209,8 @@ def build_server(
     ) -> Annotated[CallToolResult, SearchOut]:
         """Find containers by the start of their number, bill of lading or a reference
         number (case-insensitive)."""
-        out = _answer(rd, lambda snap: queries.search_container(snap, query, limit))
+        out = _answer(rd, ("search_container", query, limit),
+                      lambda snap: queries.search_container(snap, query, limit))
         more = " (more: narrow the query)" if out["more"] else ""
         return _result(f"{out['returned']} containers match {query!r}{more}", out)
 
@@ -209,7 +218,7 @@ def build_server(
     def warehouse_freshness() -> Annotated[CallToolResult, FreshnessOut]:
         """When the warehouse was last loaded (full or incremental), when webhooks were last
         applied, and the instant the published risk is computed at."""
-        out = _answer(rd, lambda snap: queries.freshness(snap))
+        out = _answer(rd, ("warehouse_freshness",), queries.freshness)
         return _result(f"risk as of {out.get('risk_as_of')}; data from {out['source']}", out)
 
     @mcp.tool(annotations=READ_ONLY)
@@ -235,7 +244,7 @@ def build_server(
                     "rows": [[queries.jsonable(v) for v in r] for r in res.rows],
                     "row_count": len(res.rows), "truncated": res.truncated, "max_rows": cap}
 
-        out = _answer(rd, run)
+        out = _answer(rd, None, run)
         cut = f" (cut at {cap})" if out["truncated"] else ""
         return _result(f"{out['row_count']} rows{cut}", out)
 
@@ -249,7 +258,8 @@ def build_server(
     def warehouse_schema() -> str:
         try:
             with rd.snapshot() as snap:
-                return queries.schema_text(snap)
+                text: str = snap.cached(("schema",), lambda: queries.schema_text(snap))
+                return text
         except WarehouseError as exc:
             return f"The warehouse cannot be read now: {exc}\n"
 

@@ -4,11 +4,16 @@ DuckDB lets one process write a file or many read it, never both. A server that 
 warehouse open would block every load; one that opened it per call would still starve a load
 under a steady stream of calls (the load only polls for the lock). So the server reads a
 *snapshot*: a copy of the warehouse file (and its WAL) taken while holding a read-only
-connection on it, opened read-only with file and network access disabled. A call compares the
-warehouse's size and modification time with the snapshot's; when they differ it refreshes the
-snapshot in the background (keeping on answering from the current one) as soon as no writer
-holds the file. A writer waits at most for one copy. Only the very first call, with no snapshot
-yet, has to wait for the file: briefly, then :class:`WarehouseBusy`.
+connection on it. The copy is private, so before it serves, ``prepare`` may add to it what
+makes calls fast (indexes, derived tables) on a read-write connection; it is then reopened
+read-only with file and network access disabled. A call compares the warehouse's size and
+modification time with the snapshot's; when they differ it refreshes the snapshot in the
+background (keeping on answering from the current one) as soon as no writer holds the file.
+A writer waits at most for one copy. Only the first call, with no snapshot yet, has to wait
+for the file (concurrent first calls share one copy): briefly, then :class:`WarehouseBusy`.
+
+Answers are memoized per snapshot (:meth:`Snapshot.cached`): a snapshot never changes, so the
+same question gets the same answer until the next snapshot replaces it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +44,8 @@ SAFE_CONFIG: dict[str, Any] = {
     "allow_community_extensions": False,
     "memory_limit": "512MB",
 }
+#: Answers a snapshot remembers (the least recently used go first).
+CACHED_ANSWERS = 256
 
 BUSY_MESSAGE = "the warehouse is being written, retry in a few seconds"
 
@@ -78,20 +86,22 @@ class Snapshot:
     con: duckdb.DuckDBPyConnection
     users: int = 0
     retired: bool = False
-    #: Per-snapshot memo of derived data (e.g. the risk table in urgency order).
-    memo: dict[str, Any] = field(default_factory=dict)
-    memo_lock: threading.Lock = field(default_factory=threading.Lock)
+    _answers: OrderedDict[Hashable, Any] = field(default_factory=OrderedDict)
+    _answers_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def memoized(self, key: str, build: Callable[[duckdb.DuckDBPyConnection], Any]) -> Any:
-        """``build(cursor)`` once per snapshot (the data cannot change under it)."""
-        with self.memo_lock:
-            if key not in self.memo:
-                cur = self.con.cursor()
-                try:
-                    self.memo[key] = build(cur)
-                finally:
-                    cur.close()
-            return self.memo[key]
+    def cached(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()``, remembered under ``key`` for this snapshot. Not computed under a
+        lock: two first calls may both compute, and the answers are equal."""
+        with self._answers_lock:
+            if key in self._answers:
+                self._answers.move_to_end(key)
+                return self._answers[key]
+        value = compute()
+        with self._answers_lock:
+            self._answers[key] = value
+            while len(self._answers) > CACHED_ANSWERS:
+                self._answers.popitem(last=False)
+        return value
 
     def close(self) -> None:
         self.con.close()
@@ -104,8 +114,8 @@ class SnapshotReader:
     """Hands out read-only cursors on the latest snapshot of the warehouse at ``path``.
 
     ``first_wait``: seconds the first call waits for a writer to finish (no snapshot yet);
-    ``recheck``: seconds between two looks at the warehouse's signature; ``warm``: run on each
-    new snapshot before it serves (to memoize what calls reuse).
+    ``recheck``: seconds between two looks at the warehouse's signature; ``prepare``: run on a
+    read-write connection to each new copy before it serves (indexes, derived tables).
     """
 
     def __init__(
@@ -114,10 +124,10 @@ class SnapshotReader:
         *,
         first_wait: float = 3.0,
         recheck: float = 0.5,
-        warm: Callable[[Snapshot], None] | None = None,
+        prepare: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
     ) -> None:
         self.path = Path(path)
-        self.warm = warm
+        self.prepare = prepare
         self.first_wait = first_wait
         self.recheck = recheck
         self._dir = Path(tempfile.mkdtemp(prefix="freetime-mcp-"))
@@ -126,6 +136,7 @@ class SnapshotReader:
         self._refreshing = False
         self._checked_at = 0.0
         self._generation = 0
+        self._first = threading.Lock()  # concurrent first calls take one snapshot
 
     # -- taking a snapshot -------------------------------------------------------------
     def _take(self, retry_seconds: float) -> Snapshot:
@@ -149,14 +160,19 @@ class SnapshotReader:
                 _copy(wal, Path(f"{dst}.wal"))
         finally:
             guard.close()
+        if self.prepare is not None:
+            rw = duckdb.connect(str(dst), config=SAFE_CONFIG)
+            try:
+                rw.execute("SET TimeZone = 'UTC'")
+                self.prepare(rw)
+                rw.execute("CHECKPOINT")
+            finally:
+                rw.close()
         con = duckdb.connect(str(dst), read_only=True, config=SAFE_CONFIG)
         # GLOBAL: cursors are new connections to the same database and inherit these.
         con.execute("SET GLOBAL TimeZone = 'UTC'")
         con.execute("SET GLOBAL lock_configuration = true")
-        snap = Snapshot(dst, signature, time.time(), con)
-        if self.warm is not None:
-            self.warm(snap)
-        return snap
+        return Snapshot(dst, signature, time.time(), con)
 
     def _install(self, snap: Snapshot) -> None:
         with self._lock:
@@ -197,16 +213,18 @@ class SnapshotReader:
             if snap is not None:
                 snap.users += 1
                 return snap
-        snap = self._take(retry_seconds=self.first_wait)
-        with self._lock:
-            if self._current is None:
+        with self._first:
+            with self._lock:
+                snap = self._current
+                if snap is not None:  # another first call took it meanwhile
+                    snap.users += 1
+                    return snap
+            snap = self._take(retry_seconds=self.first_wait)
+            with self._lock:
                 self._current = snap
                 self._checked_at = time.monotonic()
-            else:  # another call got there first
-                snap.close()
-                snap = self._current
-            snap.users += 1
-            return snap
+                snap.users += 1
+                return snap
 
     # -- public --------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -221,16 +239,6 @@ class SnapshotReader:
                 done = snap.retired and snap.users == 0
             if done:
                 snap.close()
-
-    @contextlib.contextmanager
-    def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A read-only cursor (instants in UTC) on the latest snapshot, closed after the block."""
-        with self.snapshot() as snap:
-            cur = snap.con.cursor()
-            try:
-                yield cur
-            finally:
-                cur.close()
 
     def close(self) -> None:
         """Close the snapshot and delete the copies."""
