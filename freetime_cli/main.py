@@ -7,6 +7,7 @@ import typer
 from freetime_cli import (
     documents_cmd,
     load_cmd,
+    mcp_cmd,
     report_cmd,
     risk_cmd,
     run_cmd,
@@ -30,6 +31,7 @@ app.command("run")(run_cmd.run)
 app.command("serve")(serve_cmd.serve)
 app.add_typer(webhooks_cmd.app, name="webhooks", help="Receive and apply Terminal49 webhooks.")
 app.add_typer(documents_cmd.app, name="documents", help="Upload documents; load document intake.")
+app.add_typer(mcp_cmd.app, name="mcp", help="Serve the warehouse to MCP tool clients.")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,491 @@
+"""What each tool reads, as plain functions of a snapshot: JSON-ready dicts in, out.
+
+Columns are chosen by what the tables have (every ``*lfd*`` column of ``containers``, whatever
+``freetime_loads`` holds), so the tools follow the warehouse as it gains columns. Instants are
+ISO 8601 in UTC (``...Z``); LFDs are local calendar dates (``YYYY-MM-DD``).
+
+:func:`prepare` adds to each private snapshot what keeps calls fast at any size, all inside
+DuckDB (nothing held in Python memory): indexes on the keys a container is looked up by, the
+risk table in urgency order with its rank (:data:`RANKED`) and the search keys in order
+(:data:`SEARCH_KEYS`), in the schema :data:`OWN`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Sequence
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+import duckdb
+
+from pipelines.analytics.publish import (
+    CARRIER_KEYS,
+    TERMINAL_KEYS,
+    URGENCY_ORDER,
+    exposure_sql,
+    lfd_calendar_sql,
+)
+from pipelines.analytics.risk import AT_RISK_LEVELS, LEVELS
+from pipelines.config import ANALYTICS_SCHEMA as A
+from pipelines.config import DATASET as T
+from pipelines.toolserver.snapshot import Snapshot
+
+RISK = f"{A}.demurrage_risk"
+#: The tool server's own schema in each snapshot (never in the warehouse itself).
+OWN = "toolserver"
+RANKED = f"{OWN}.risk_ranked"
+SEARCH_KEYS = f"{OWN}.search_keys"
+#: (schema, table, column) a call looks rows up by: each gets an index in the snapshot.
+LOOKUPS = (
+    (T, "containers", "number"), (T, "containers", "id"), (A, "demurrage_risk", "container_id"),
+    (T, "shipments", "id"), (T, "container_holds", "container_id"),
+    (T, "container_fees", "container_id"),
+)
+#: The columns a risk list shows, in this order (those the risk table has).
+RISK_LIST_COLUMNS = (
+    "urgency_rank", "container_id", "container_number", "risk_level", "risk_reason",
+    "lfd_date", "lfd_source", "days_to_lfd", "working_days_to_lfd", "ready_for_pickup",
+    "blocking_holds", "pending_holds", "pickup_appointment_at", "accrued_demurrage",
+    "projected_demurrage", "currency", "costed", "port_of_discharge_locode", "pod_terminal_name",
+    "pod_terminal_firms_code", "shipping_line_scac", "customer_name", "bill_of_lading_number",
+    "current_status", "stale",
+)
+GroupBy = Literal["terminal", "port", "carrier", "customer", "risk_level", "lfd_date"]
+GROUP_KEYS: dict[str, tuple[str, ...]] = {
+    "terminal": TERMINAL_KEYS,
+    "port": ("port_of_discharge_locode",),
+    "carrier": CARRIER_KEYS,
+    "customer": ("customer_name",),
+    "risk_level": ("risk_level",),
+    "lfd_date": ("lfd_date",),
+}
+
+
+class NotFound(LookupError):
+    """Nothing matches; the message says what was looked for."""
+
+
+# -- values --------------------------------------------------------------------------------
+def jsonable(value: Any) -> Any:
+    """A DuckDB/polars value as JSON: instants in UTC with ``Z``, dates as ``YYYY-MM-DD``."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return str(value)
+
+
+def _records(
+    cur: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | dict[str, Any] = ()
+) -> list[dict[str, Any]]:
+    rel = cur.execute(sql, params if isinstance(params, dict) else list(params))
+    names = [d[0] for d in rel.description or []]
+    types = [str(d[1]) for d in rel.description or []]
+    out = []
+    for row in rel.fetchall():
+        rec = {}
+        for n, t, v in zip(names, types, row, strict=True):
+            if t == "JSON" and isinstance(v, str):
+                with contextlib.suppress(ValueError):
+                    v = json.loads(v)
+            rec[n] = jsonable(v)
+        out.append(rec)
+    return out
+
+
+def columns(cur: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[str]:
+    """The columns of ``schema.table`` in order; empty when it does not exist."""
+    rows = cur.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND "
+        "table_name = ? ORDER BY ordinal_position", [schema, table]).fetchall()
+    return [r[0] for r in rows]
+
+
+def _public(cols: Sequence[str]) -> list[str]:
+    return [c for c in cols if not c.startswith("_dlt")]
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _columns(snap: Snapshot, schema: str, table: str) -> list[str]:
+    """:func:`columns`, remembered for the snapshot."""
+    def read() -> list[str]:
+        cur = snap.con.cursor()
+        try:
+            return columns(cur, schema, table)
+        finally:
+            cur.close()
+
+    cols: list[str] = snap.cached(("columns", schema, table), read)
+    return cols
+
+
+def _require_risk(snap: Snapshot) -> None:
+    if not _columns(snap, A, "demurrage_risk"):
+        raise NotFound(f"no {RISK} in the warehouse yet: run `freetime risk` (or `freetime run`)")
+
+
+# -- preparing a snapshot ------------------------------------------------------------------
+def prepare(con: duckdb.DuckDBPyConnection) -> None:
+    """Index the lookup keys and build :data:`RANKED` and :data:`SEARCH_KEYS` on a read-write
+    connection to a private snapshot (what exists of them: tables may be missing)."""
+    for schema, table, col in LOOKUPS:
+        if col in columns(con, schema, table):
+            con.execute(f"CREATE INDEX {_q(f'{OWN}_{table}_{col}')} "
+                        f"ON {schema}.{table} ({_q(col)})")
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {OWN}")
+    if columns(con, A, "demurrage_risk"):
+        con.execute(f"CREATE TABLE {RANKED} AS SELECT row_number() OVER ({URGENCY_ORDER}) "
+                    f"AS urgency_rank, * FROM {RISK} {URGENCY_ORDER}")
+    ccols = set(columns(con, T, "containers"))
+    if {"id", "number"} <= ccols:
+        parts = [f"SELECT upper(number) AS key, id AS container_id, 1 AS rank, NULL AS ref "
+                 f"FROM {T}.containers WHERE number IS NOT NULL"]
+        scols = set(columns(con, T, "shipments"))
+        if "shipment_id" in ccols and {"id", "bill_of_lading_number"} <= scols:
+            parts.append(f"SELECT upper(s.bill_of_lading_number), c.id, 2, NULL FROM "
+                         f"{T}.containers c JOIN {T}.shipments s ON s.id = c.shipment_id "
+                         "WHERE s.bill_of_lading_number IS NOT NULL")
+        refs = [f"SELECT id, ref_numbers FROM {T}.containers"] if "ref_numbers" in ccols else []
+        if "shipment_id" in ccols and {"id", "ref_numbers"} <= scols:
+            refs.append(f"SELECT c.id, s.ref_numbers FROM {T}.containers c "
+                        f"JOIN {T}.shipments s ON s.id = c.shipment_id")
+        parts += [f"SELECT upper(r), id, 3, r FROM (SELECT id, unnest(CAST(ref_numbers AS "
+                  f"VARCHAR[])) AS r FROM ({src})) WHERE r IS NOT NULL" for src in refs]
+        con.execute(f"CREATE TABLE {SEARCH_KEYS} AS {' UNION ALL '.join(parts)} ORDER BY key")
+
+
+# -- containers at risk --------------------------------------------------------------------
+def containers_at_risk(
+    snap: Snapshot,
+    levels: Sequence[str] | None = None,
+    terminal: str | None = None,
+    port: str | None = None,
+    carrier: str | None = None,
+    customer: str | None = None,
+    limit: int = 25,
+) -> dict[str, Any]:
+    """Risk rows at ``levels`` (default overdue, due_today, imminent), most urgent first."""
+    _require_risk(snap)
+    lv = list(levels or AT_RISK_LEVELS)
+    bad = [x for x in lv if x not in LEVELS]
+    if bad:
+        raise ValueError(f"unknown risk level {', '.join(bad)}; use {', '.join(LEVELS)}")
+    have = set(_columns(snap, OWN, "risk_ranked"))
+    cond = [f"risk_level IN ({', '.join('?' for _ in lv)})"]
+    params: list[Any] = list(lv)
+
+    def col(name: str) -> str:
+        return _q(name) if name in have else "NULL"
+
+    if terminal:
+        t = terminal.strip().lower()
+        cond.append(f"(contains(lower({col('pod_terminal_name')}), ?) "
+                    f"OR lower({col('pod_terminal_firms_code')}) = ?)")
+        params += [t, t]
+    if port:
+        p = port.strip().upper()
+        cond.append(f"({col('port_of_discharge_locode')} = ? OR {col('destination_locode')} = ?)")
+        params += [p, p]
+    if carrier:
+        cond.append(f"{col('shipping_line_scac')} = ?")
+        params.append(carrier.strip().upper())
+    if customer:
+        cond.append(f"contains(lower({col('customer_name')}), ?)")
+        params.append(customer.strip().lower())
+    where = " AND ".join(f"coalesce({c}, false)" for c in cond)
+    show = ", ".join(_q(c) for c in RISK_LIST_COLUMNS if c in have)
+    cur = snap.con.cursor()
+    try:
+        rows = _records(cur, f"SELECT {show} FROM {RANKED} WHERE {where} "
+                             f"ORDER BY urgency_rank LIMIT {int(limit)}", params)
+        matching, projected, accrued = cur.execute(
+            f"SELECT count(*), coalesce(sum(projected_demurrage), 0), "
+            f"coalesce(sum(accrued_demurrage), 0) FROM {RANKED} WHERE {where}", params
+        ).fetchone() or (0, 0, 0)
+        as_of = cur.execute(f"SELECT max(as_of) FROM {RANKED}").fetchone()
+    finally:
+        cur.close()
+    return {
+        "as_of": jsonable(as_of[0] if as_of else None),
+        "levels": lv,
+        "matching": int(matching),
+        "returned": len(rows),
+        "projected_demurrage": float(projected),
+        "accrued_demurrage": float(accrued),
+        "containers": rows,
+    }
+
+
+# -- one container -------------------------------------------------------------------------
+def _row(snap: Snapshot, cur: duckdb.DuckDBPyConnection, schema: str, table: str, key: str,
+         value: Any) -> dict[str, Any] | None:
+    """The first row of ``schema.table`` whose ``key`` is ``value`` (an index lookup)."""
+    cols = _public(_columns(snap, schema, table))
+    if key not in cols:
+        return None
+    rows = _records(cur, f"SELECT {', '.join(_q(c) for c in cols)} FROM {schema}.{table} "
+                         f"WHERE {_q(key)} = ? LIMIT 1", [value])
+    return rows[0] if rows else None
+
+
+def get_container(snap: Snapshot, container: str) -> dict[str, Any]:
+    """Everything about one container, by number (any case) or Terminal49 id."""
+    key = container.strip()
+    if not key:
+        raise ValueError("give a container number (e.g. MSCU1234567) or a container id")
+    if not _columns(snap, T, "containers"):
+        raise NotFound("the warehouse has no containers yet: run `freetime load`")
+    cur = snap.con.cursor()
+    try:
+        attrs = (_row(snap, cur, T, "containers", "number", key.upper())
+                 or _row(snap, cur, T, "containers", "id", key))
+        if attrs is None:
+            raise NotFound(f"no container with number or id {key!r} in the warehouse")
+        cid = attrs["id"]
+        risk = _row(snap, cur, A, "demurrage_risk", "container_id", cid)
+        sid = attrs.get("shipment_id")
+        shipment = _row(snap, cur, T, "shipments", "id", sid) if sid else None
+        holds = _children(snap, cur, "container_holds", cid)
+        fees = _children(snap, cur, "container_fees", cid)
+    finally:
+        cur.close()
+    lfds: dict[str, Any] = {c: attrs[c] for c in attrs if "lfd" in c or c == "import_deadlines"}
+    binding = None
+    if risk is not None:
+        binding = {k: risk.get(k) for k in ("lfd_date", "lfd_source", "lfd_estimated",
+                                            "days_to_lfd", "working_days_to_lfd",
+                                            "lfd_disagreement_days") if k in risk}
+        lfds.update({k: risk[k] for k in ("lfd_line", "lfd_terminal", "lfd_rail") if k in risk})
+    fee_sum = sum(float(f.get("amount") or 0) for f in fees
+                  if str(f.get("type") or "").lower() != "total")
+    return {
+        "container_id": cid,
+        "container_number": attrs.get("number"),
+        "attributes": attrs,
+        "lfds": lfds,
+        "binding_lfd": binding,
+        "holds": holds,
+        "fees": fees,
+        "fees_sum_without_total": round(fee_sum, 2),
+        "risk": risk,
+        "shipment": shipment,
+    }
+
+
+def _children(
+    snap: Snapshot, cur: duckdb.DuckDBPyConnection, table: str, cid: str
+) -> list[dict[str, Any]]:
+    cols = _columns(snap, T, table)
+    if not cols:
+        return []
+    keep = [c for c in _public(cols) if c not in ("container_id", "_deleted", "fetched_at")]
+    alive = "AND coalesce(_deleted, false) = false" if "_deleted" in cols else ""
+    order = "ORDER BY position" if "position" in cols else ""
+    sel = ", ".join(_q(c) for c in keep)
+    return _records(cur, f"SELECT {sel} FROM {T}.{table} WHERE container_id = ? {alive} {order}",
+                    [cid])
+
+
+# -- summaries -----------------------------------------------------------------------------
+def summarize_containers(
+    snap: Snapshot, group_by: str = "terminal", levels: Sequence[str] | None = None,
+    limit: int = 100,
+) -> dict[str, Any]:
+    """Counts by level, accrued and projected cost per group (active containers)."""
+    _require_risk(snap)
+    if group_by not in GROUP_KEYS:
+        raise ValueError(f"unknown grouping {group_by!r}; use one of {', '.join(GROUP_KEYS)}")
+    lv = list(levels or [])
+    bad = [x for x in lv if x not in LEVELS]
+    if bad:
+        raise ValueError(f"unknown risk level {', '.join(bad)}; use {', '.join(LEVELS)}")
+    where = f"WHERE risk_level IN ({', '.join('?' for _ in lv)})" if lv else ""
+    source = f"(SELECT * FROM {RISK} {where})"
+    sql = exposure_sql(source, GROUP_KEYS[group_by])
+    cur = snap.con.cursor()
+    try:
+        groups = _records(cur, sql, lv)
+        as_of = cur.execute(f"SELECT max(as_of) FROM {RISK}").fetchone()
+    finally:
+        cur.close()
+    return {
+        "as_of": jsonable(as_of[0] if as_of else None),
+        "group_by": group_by,
+        "groups_total": len(groups),
+        "groups": groups[:limit],
+        "totals": {
+            k: round(sum(float(g.get(k) or 0) for g in groups), 2)
+            for k in ("containers", "overdue", "due_today", "imminent", "unknown",
+                      "accrued_demurrage", "projected_demurrage", "uncosted")
+        },
+    }
+
+
+def lfd_calendar(snap: Snapshot, days: int = 14) -> dict[str, Any]:
+    """Active boxes whose binding LFD falls on each of the next ``days`` days (today first)."""
+    _require_risk(snap)
+    cur = snap.con.cursor()
+    try:
+        rows = _records(cur, lfd_calendar_sql(RISK, None, days))
+        as_of = cur.execute(f"SELECT max(as_of) FROM {RISK}").fetchone()
+        overdue = cur.execute(
+            f"SELECT count(*) FROM {RISK} WHERE risk_level = 'overdue'").fetchone()
+    finally:
+        cur.close()
+    return {"as_of": jsonable(as_of[0] if as_of else None), "days": rows,
+            "overdue_before_today": int(overdue[0]) if overdue else 0}
+
+
+# -- search --------------------------------------------------------------------------------
+def search_container(snap: Snapshot, query: str, limit: int = 25) -> dict[str, Any]:
+    """Containers whose number, bill of lading or a reference number starts with ``query``."""
+    q = query.strip().upper()
+    if len(q) < 2:
+        raise ValueError("give at least 2 characters of a container number, bill of lading "
+                         "or reference number")
+    if not _columns(snap, OWN, "search_keys"):
+        raise NotFound("the warehouse has no containers yet: run `freetime load`")
+    ccols = set(_columns(snap, T, "containers"))
+    scols = set(_columns(snap, T, "shipments"))
+    has_risk = bool(_columns(snap, A, "demurrage_risk"))
+
+    def c(name: str) -> str:
+        return f"c.{_q(name)}" if name in ccols else "NULL"
+
+    def s(name: str) -> str:
+        return f"s.{_q(name)}" if scols and name in scols and "shipment_id" in ccols else "NULL"
+
+    join = (f"LEFT JOIN {T}.shipments s ON s.id = c.shipment_id"
+            if scols and "shipment_id" in ccols else "")
+    rjoin = f"LEFT JOIN {RISK} r ON r.container_id = c.id" if has_risk else ""
+    risk = "r.risk_level, r.lfd_date" if has_risk else "NULL AS risk_level, NULL AS lfd_date"
+    # The keys are in order: a prefix is a range, read from the few row groups holding it.
+    upper = q[:-1] + chr(ord(q[-1]) + 1) if ord(q[-1]) < 0x10FFFF else q + "\uffff"
+    sql = f"""
+        WITH k AS (
+            SELECT container_id, min(rank) AS rank, list(ref ORDER BY ref) FILTER (rank = 3)
+                AS refs
+            FROM {SEARCH_KEYS} WHERE key >= $q AND key < $upper AND starts_with(key, $q)
+            GROUP BY container_id)
+        SELECT c.id AS container_id, {c('number')} AS container_number,
+            {s('bill_of_lading_number')} AS bill_of_lading_number,
+            {s('customer_name')} AS customer_name, {c('current_status')} AS current_status,
+            {risk},
+            CASE k.rank WHEN 1 THEN 'container_number' WHEN 2 THEN 'bill_of_lading_number'
+                 ELSE 'reference_number' END AS matched_on,
+            coalesce(k.refs, []) AS matching_reference_numbers
+        FROM k JOIN {T}.containers c ON c.id = k.container_id {join} {rjoin}
+        ORDER BY k.rank <> 1, container_number LIMIT $lim"""
+    cur = snap.con.cursor()
+    try:
+        rows = _records(cur, sql, {"q": q, "upper": upper, "lim": limit + 1})
+    finally:
+        cur.close()
+    return {"query": query, "returned": min(len(rows), limit), "more": len(rows) > limit,
+            "containers": rows[:limit]}
+
+
+# -- freshness -----------------------------------------------------------------------------
+def freshness(snap: Snapshot) -> dict[str, Any]:
+    """When the warehouse was last written (loads full or incremental, webhooks applied) and
+    the instant the published risk is computed at."""
+    cur = snap.con.cursor()
+    try:
+        out: dict[str, Any] = {"snapshot_taken_at": jsonable(
+            datetime.fromtimestamp(snap.taken_at, UTC))}
+        loads = columns(cur, T, "freetime_loads")
+        if loads:
+            out["source"] = f"{T}.freetime_loads"
+            order = "published_at" if "published_at" in loads else loads[0]
+            out["last_writes"] = _records(
+                cur, f"SELECT * FROM {T}.freetime_loads QUALIFY row_number() OVER "
+                     f"(PARTITION BY writer ORDER BY {_q(order)} DESC NULLS LAST) = 1 "
+                     "ORDER BY writer")
+            if {"writer", "kind"} <= set(loads):
+                done = "AND complete" if "complete" in loads else ""
+                for kind in ("full", "incremental"):
+                    rows = _records(cur, f"SELECT * FROM {T}.freetime_loads WHERE writer = "
+                                         f"'load' AND kind = ? {done} ORDER BY "
+                                         f"{_q(order)} DESC NULLS LAST LIMIT 1", [kind])
+                    out[f"last_{kind}_load"] = rows[0] if rows else None
+            rows = _records(cur, f"SELECT max({_q(order)}) AS at FROM {T}.freetime_loads "
+                                 "WHERE writer = 'webhooks'") if "writer" in loads else []
+            out["webhooks_applied_at"] = rows[0]["at"] if rows else None
+        else:
+            out["source"] = "fallback: containers.fetched_at and dlt's load log"
+            if "fetched_at" in columns(cur, T, "containers"):
+                out["containers_fetched_at"] = _records(
+                    cur, f"SELECT max(fetched_at) AS at FROM {T}.containers")[0]["at"]
+            if columns(cur, T, "_dlt_loads"):
+                out["last_load"] = _records(
+                    cur, f"SELECT load_id, inserted_at FROM {T}._dlt_loads WHERE status = 0 "
+                         "ORDER BY inserted_at DESC LIMIT 1")[0:1] or None
+                if out["last_load"]:
+                    out["last_load"] = out["last_load"][0]
+            wcols = columns(cur, T, "webhook_notifications")
+            stamp = next((c for c in ("applied_at", "received_at", "created_at", "fetched_at")
+                          if c in wcols), None)
+            out["webhooks_applied_at"] = _records(
+                cur, f"SELECT max({_q(stamp)}) AS at FROM {T}.webhook_notifications"
+            )[0]["at"] if stamp else None
+        if columns(cur, A, "demurrage_risk"):
+            row = _records(cur, f"SELECT max(as_of) AS as_of, count(*) AS containers "
+                                f"FROM {RISK}")[0]
+            out["risk_as_of"] = row["as_of"]
+            out["risk_containers"] = row["containers"]
+        else:
+            out["risk_as_of"] = None
+    finally:
+        cur.close()
+    return out
+
+
+# -- resources -----------------------------------------------------------------------------
+def schema_text(snap: Snapshot) -> str:
+    """The warehouse's tables and columns with their types and comments, as Markdown."""
+    cur = snap.con.cursor()
+    try:
+        tables = cur.execute(
+            "SELECT schema_name, table_name, comment FROM duckdb_tables() WHERE schema_name IN "
+            "(?, ?) UNION ALL SELECT schema_name, view_name, comment FROM duckdb_views() WHERE "
+            "schema_name IN (?, ?) ORDER BY 1, 2", [T, A, T, A]).fetchall()
+        cols = cur.execute(
+            "SELECT schema_name, table_name, column_name, data_type, comment FROM "
+            "duckdb_columns() WHERE schema_name IN (?, ?) ORDER BY schema_name, table_name, "
+            "column_index", [T, A]).fetchall()
+    finally:
+        cur.close()
+    by_table: dict[tuple[str, str], list[tuple[str, str, str | None]]] = {}
+    for s, t, c, typ, com in cols:
+        by_table.setdefault((s, t), []).append((c, typ, com))
+    lines = ["# freetime warehouse schema", ""]
+    for s, t, com in tables:
+        if t.startswith("_dlt"):
+            continue
+        lines.append(f"## {s}.{t}")
+        if com:
+            lines.append(str(com))
+        lines.append("")
+        for c, typ, ccom in by_table.get((s, t), []):
+            lines.append(f"- `{c}` {typ}" + (f": {ccom}" if ccom else ""))
+        lines.append("")
+    return "\n".join(lines)
