@@ -48,7 +48,16 @@ STALE_AFTER = timedelta(days=7)
 HOLD_CLEAR_WORKING_DAYS = 3
 
 TS = pl.Datetime("us", "UTC")
-_S, _B, _I, _F = pl.String, pl.Boolean, pl.Int64, pl.Float64
+_S, _B, _I, _F, _D = pl.String, pl.Boolean, pl.Int64, pl.Float64, pl.Date
+
+#: LFD columns: a local calendar DATE in new warehouses, a TIMESTAMPTZ instant (local midnight
+#: in UTC) in older ones; :func:`conform` keeps a DATE column as it is.
+LFD_COLUMNS = ("pickup_lfd_terminal", "pickup_lfd_rail", "pickup_lfd_line", "ind_facility_lfd_on")
+#: The POD deadline columns (``import_deadlines.pod``; absent in older warehouses).
+POD_COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
+    "has_pod_deadlines": _B, "pod_lfd_unified": _D, "pod_lfd_unified_selection": _S,
+    "pod_lfd_line_current": _D, "pod_lfd_facility_current": _D,
+}
 
 #: Columns read from each warehouse table, with the dtype compute_risk works on. Missing columns
 #: (dlt drops all-NULL columns) are added as typed NULLs.
@@ -59,9 +68,9 @@ SCHEMAS: dict[str, dict[str, pl.DataType | type[pl.DataType]]] = {
         "final_destination_timezone": _S, "empty_terminated_timezone": _S,
         "pod_rail_carrier_scac": _S, "available_for_pickup": _B, "availability_known": _B,
         "holds_at_pod_terminal_known": _B, "fees_at_pod_terminal_known": _B,
+        **POD_COLUMNS,
         **{c: TS for c in (
-            "pickup_lfd_terminal", "pickup_lfd_rail", "pickup_lfd_line", "ind_facility_lfd_on",
-            "pickup_appointment_at", "pod_discharged_at", "pod_full_out_at",
+            *LFD_COLUMNS, "pickup_appointment_at", "pod_discharged_at", "pod_full_out_at",
             "final_destination_full_out_at", "empty_terminated_at", "terminal_checked_at",
             "pod_rail_loaded_at", "pod_rail_departed_at", "ind_eta_at", "ind_ata_at",
             "ind_rail_unloaded_at",
@@ -86,7 +95,8 @@ OUTPUT_COLUMNS = [
     "pod_terminal_firms_code", "current_status", "customer_name", "equipment_type",
     "equipment_length", "is_inland",
     "risk_level", "risk_reason",
-    "lfd_date", "lfd_source", "lfd_line", "lfd_terminal", "lfd_rail", "lfd_disagreement_days",
+    "lfd_date", "lfd_source", "lfd_line", "lfd_terminal", "lfd_rail", "lfd_pod",
+    "lfd_disagreement_days",
     "lfd_estimated", "today_local", "days_to_lfd", "working_days_to_lfd",
     "ready_for_pickup", "blocking_holds", "pending_holds", "available_for_pickup",
     "availability_known", "pickup_appointment_at", "projected_pickup_date",
@@ -120,7 +130,11 @@ class WarehouseFrames:
 
 
 def conform(lf: pl.LazyFrame | None, table: str) -> pl.LazyFrame:
-    """Select the columns ``SCHEMAS[table]`` names, cast, and add missing ones as NULL."""
+    """Select the columns ``SCHEMAS[table]`` names, cast, and add missing ones as NULL.
+
+    Instants become UTC microseconds; an LFD column (:data:`LFD_COLUMNS`) that is a DATE stays
+    one.
+    """
     schema = SCHEMAS[table]
     if lf is None:
         return pl.LazyFrame(schema=schema)
@@ -129,7 +143,7 @@ def conform(lf: pl.LazyFrame | None, table: str) -> pl.LazyFrame:
     for name, dtype in schema.items():
         if name not in have:
             exprs.append(pl.lit(None, dtype=dtype).alias(name))
-        elif have[name] == dtype:
+        elif have[name] == dtype or (name in LFD_COLUMNS and have[name] == pl.Date):
             exprs.append(pl.col(name))
         elif dtype == TS and isinstance(have[name], pl.Datetime):
             col = pl.col(name)
@@ -416,11 +430,17 @@ def _rules(
     # --- Dates and zones: every LFD and event as a local calendar date --------------------
     at_ramp = inland & left_port  # an inland box that left the port: the destination's clock
     pod_zone, dest_zone = col("_zone_pod"), col("_zone_dest")
+    dates = rows.collect_schema()
+
+    def lfd(name: str, zone: pl.Expr) -> pl.Expr:  # a DATE column is the local date already
+        return col(name) if dates[name] == pl.Date else _local_date(name, zone, zones)
+
     rows = rows.with_columns(
-        lfd_terminal=_local_date("pickup_lfd_terminal", pod_zone, zones),
-        lfd_line=_local_date("pickup_lfd_line", col("_zone_line"), zones),
-        lfd_rail=_local_date(pl.coalesce("pickup_lfd_rail", "ind_facility_lfd_on"), dest_zone,
-                             zones),
+        lfd_terminal=lfd("pickup_lfd_terminal", pod_zone),
+        lfd_line=lfd("pickup_lfd_line", col("_zone_line")),
+        lfd_rail=pl.coalesce(lfd("pickup_lfd_rail", dest_zone),
+                             lfd("ind_facility_lfd_on", dest_zone)),
+        lfd_pod=col("pod_lfd_unified"),
         _appointment_date=_local_date("pickup_appointment_at", pod_zone, zones),
         _return_date=_local_date("empty_terminated_at", col("_zone_empty"), zones),
         # free time counts from discharge, or from rail arrival at the inland ramp
@@ -433,18 +453,27 @@ def _rules(
     )
 
     # --- Which LFD binds: the earliest relevant source ------------------------------------
+    # With the POD deadline object, its unified value replaces the line and terminal LFDs (a
+    # NULL one is unknown: no fallback); it binds like the source it was selected from: a line
+    # date until done, a facility date until the box leaves the port.
+    has_pod = col("has_pod_deadlines").fill_null(False)
+    pod_from_line = col("pod_lfd_unified_selection").str.starts_with("line").fill_null(False)
     relevant = {
-        "line": ~done,
-        "terminal": ~done & ~left_port,
+        "pod": has_pod & ~done & (pod_from_line | ~left_port),
+        "line": ~has_pod & ~done,
+        "terminal": ~has_pod & ~done & ~left_port,
         "rail": ~done & inland,
     }
     lfd_date = pl.min_horizontal(
         pl.when(rel).then(col("lfd_" + name)) for name, rel in relevant.items())
+    pod_source = pl.concat_str(pl.lit("pod_"), col("pod_lfd_unified_selection")).fill_null("pod")
     source = pl.lit(None, dtype=pl.String)
-    for name in reversed(relevant):  # ties prefer line, then terminal, then rail
+    for name in reversed(relevant):  # ties prefer pod, line, terminal, then rail
+        label = pod_source if name == "pod" else pl.lit(name)
         source = pl.when(relevant[name] & (col("lfd_" + name) == lfd_date)) \
-            .then(pl.lit(name)).otherwise(source)
-    reported = [col("lfd_line"), col("lfd_terminal"), col("lfd_rail")]
+            .then(label).otherwise(source)
+    reported = [col(c) for c in ("lfd_line", "lfd_terminal", "lfd_rail", "pod_lfd_line_current",
+                                 "pod_lfd_facility_current", "pod_lfd_unified")]
     rows = rows.with_columns(
         lfd_date=lfd_date,
         lfd_source=source,
@@ -456,7 +485,7 @@ def _rules(
     # --- Dates and zones: today in the zone of the binding LFD ----------------------------
     src = col("lfd_source")
     rows = rows.with_columns(  # no binding LFD: the inland ramp's zone, or the port's
-        _zone_binding=pl.when(src == "terminal").then(pod_zone)
+        _zone_binding=pl.when((src == "terminal") | src.str.starts_with("pod")).then(pod_zone)
         .when(src == "rail").then(dest_zone)
         .when(src == "line").then(col("_zone_line"))
         .when(at_ramp).then(dest_zone)
