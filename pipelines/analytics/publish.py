@@ -20,6 +20,7 @@ import polars as pl
 from pipelines.analytics.risk import (
     AT_RISK_LEVELS,
     LEVELS,
+    LFD_COLUMNS,
     SCHEMAS,
     WarehouseFrames,
     compute_risk,
@@ -29,7 +30,7 @@ from pipelines.analytics.tariffs import load_tariffs
 from pipelines.config import ANALYTICS_SCHEMA as A
 from pipelines.config import DATASET as T
 from pipelines.config import resolve_duckdb_path
-from pipelines.warehouse import WarehouseMissing, reading, writing
+from pipelines.warehouse import WarehouseError, WarehouseMissing, reading, writing
 
 URGENCY_ORDER = (
     "ORDER BY CASE risk_level " + " ".join(f"WHEN '{lv}' THEN {i}" for i, lv in enumerate(LEVELS))
@@ -53,27 +54,75 @@ class RiskSummary:
     uncosted: int = 0
 
 
-def _columns(con: duckdb.DuckDBPyConnection, schema: str) -> dict[str, set[str]]:
+class WarehouseIncompatible(WarehouseError):
+    """A ``terminal49`` table lacks a column the risk needs, or holds one of another type."""
+
+
+def _types(con: duckdb.DuckDBPyConnection, schema: str) -> dict[str, dict[str, str]]:
+    """``{table: {column: DuckDB type}}`` of ``schema``."""
     rows = con.execute(
-        "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = ?",
-        [schema],
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = ?", [schema],
     ).fetchall()
-    out: dict[str, set[str]] = {}
-    for t, c in rows:
-        out.setdefault(t, set()).add(c)
+    out: dict[str, dict[str, str]] = {}
+    for t, c, typ in rows:
+        out.setdefault(t, {})[c] = typ
     return out
+
+
+def _columns(con: duckdb.DuckDBPyConnection, schema: str) -> dict[str, set[str]]:
+    return {t: set(cols) for t, cols in _types(con, schema).items()}
+
+
+#: Columns without which a table's rows cannot be told apart.
+REQUIRED = {"containers": ("id",)}
+_TS_TYPES = ("TIMESTAMP WITH TIME ZONE", "TIMESTAMP")
+
+
+def _check_types(table: str, types: dict[str, str]) -> None:
+    """Raise :class:`WarehouseIncompatible` naming each missing required column and each column
+    whose type compute_risk cannot read (an instant that is not a timestamp, a number or flag
+    that is text...)."""
+    problems = [f"no column {c}" for c in REQUIRED.get(table, ()) if c not in types]
+    for name, dtype in SCHEMAS[table].items():
+        typ = types.get(name)
+        if typ is None:
+            continue
+        if dtype == pl.Datetime("us", "UTC"):
+            ok = typ in _TS_TYPES or (name in LFD_COLUMNS and typ == "DATE")
+            want = "TIMESTAMPTZ or DATE" if name in LFD_COLUMNS else "TIMESTAMPTZ"
+        elif dtype == pl.Date:
+            ok, want = typ == "DATE" or typ in _TS_TYPES, "DATE"
+        elif dtype == pl.Boolean:
+            ok, want = typ == "BOOLEAN", "BOOLEAN"
+        elif dtype in (pl.Int64, pl.Float64):
+            ok = typ in ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "HUGEINT", "DOUBLE",
+                         "FLOAT", "REAL") or typ.startswith("DECIMAL")
+            want = "a number"
+        else:
+            ok, want = True, ""
+        if not ok:
+            problems.append(f"column {name} is {typ}, expected {want}")
+    if problems:
+        raise WarehouseIncompatible(
+            f"{T}.{table} cannot be read for risk: {'; '.join(problems)} "
+            "(reload it with `freetime load`)")
 
 
 def read_warehouse(con: duckdb.DuckDBPyConnection) -> WarehouseFrames:
     """The ``terminal49`` tables compute_risk needs, as conformed LazyFrames (UTC instants).
 
-    Only the needed columns are read; missing tables or columns become typed NULLs.
+    Only the needed columns are read; missing tables or optional columns become typed NULLs.
+    Raises :class:`WarehouseIncompatible` when a table lacks a required column or holds one
+    of a type compute_risk cannot read.
     """
     con.execute("SET TimeZone = 'UTC'")
-    have = _columns(con, T)
+    have = _types(con, T)
     frames: dict[str, pl.LazyFrame] = {}
     for table, schema in SCHEMAS.items():
-        cols = [c for c in schema if c in have.get(table, set())]
+        if table in have:
+            _check_types(table, have[table])
+        cols = [c for c in schema if c in have.get(table, {})]
         if not cols:
             frames[table] = conform(None, table)
             continue
@@ -138,7 +187,7 @@ def lfd_calendar_sql(source: str, first_day: str | None = None, days: int = CALE
 
 def _sql_views(con: duckdb.DuckDBPyConnection) -> list[str]:
     """The analytics views; ``containers_wide`` adapts to the columns dlt actually created."""
-    have = _columns(con, T)
+    types = _types(con, T)
     risk = f"{A}.demurrage_risk"
     views = [
         f"""CREATE OR REPLACE VIEW {A}.at_risk_containers AS
@@ -148,13 +197,19 @@ def _sql_views(con: duckdb.DuckDBPyConnection) -> list[str]:
         f"CREATE OR REPLACE VIEW {A}.exposure_by_terminal AS {exposure_sql(risk, TERMINAL_KEYS)}",
         f"CREATE OR REPLACE VIEW {A}.exposure_by_carrier AS {exposure_sql(risk, CARRIER_KEYS)}",
         f"CREATE OR REPLACE VIEW {A}.lfd_calendar AS {lfd_calendar_sql(risk)}",
-        _containers_wide_sql(have),
+        _containers_wide_sql(types),
     ]
     return views
 
 
-def _containers_wide_sql(have: dict[str, set[str]]) -> str:
-    """One row per container with the vendor's DataSync column names (containers_rail)."""
+def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
+    """One row per container with the vendor's DataSync column names (containers_rail).
+
+    The ``*_last_free_day_on`` columns are the LFD columns as stored (DATE in new warehouses,
+    the instant in older ones; a mix becomes local DATEs); their ``_local`` twins are the risk
+    table's local dates either way.
+    """
+    have = {t: set(cols) for t, cols in types.items()}
 
     def c(alias: str, table: str, name: str, typ: str = "VARCHAR") -> str:
         return f"{alias}.\"{name}\"" if name in have.get(table, set()) else f"NULL::{typ}"
@@ -220,9 +275,21 @@ def _containers_wide_sql(have: dict[str, set[str]]) -> str:
     at("pod_arrived_at", cc("pod_arrived_at", ts), pod_tz)
     at("pod_berthed_at", "NULL::TIMESTAMPTZ", pod_tz)
     at("pod_discharged_at", cc("pod_discharged_at", ts), pod_tz)
-    lfd("pod_last_free_day_on", cc("pickup_lfd_terminal", ts), "r.lfd_terminal")
-    lfd("ssl_last_free_day_on", f"coalesce({cc('pickup_lfd_line', ts)}, {cc('ssl_lfd', ts)})",
-        "r.lfd_line")
+    def stored_lfd(names: tuple[str, ...], tz: str) -> str:
+        """The first non-NULL of LFD columns ``names``: as stored when they share a type, else
+        each as its local date (an instant converted in ``tz``)."""
+        present = [n for n in names if n in have.get("containers", set())]
+        kinds = {types["containers"][n] == "DATE" for n in present}
+        if not present:
+            return "NULL::DATE"
+        if len(kinds) == 1:
+            return f"coalesce({', '.join(cc(n) for n in present)})"
+        return "coalesce(" + ", ".join(
+            cc(n) if types["containers"][n] == "DATE" else f"CAST(timezone({tz}, {cc(n)}) AS DATE)"
+            for n in present) + ")"
+
+    lfd("pod_last_free_day_on", stored_lfd(("pickup_lfd_terminal",), pod_tz), "r.lfd_terminal")
+    lfd("ssl_last_free_day_on", stored_lfd(("pickup_lfd_line", "ssl_lfd"), pod_tz), "r.lfd_line")
     at("pod_pickup_appointment_at", cc("pickup_appointment_at", ts), pod_tz)
     at("pod_full_out_at", cc("pod_full_out_at", ts), pod_tz)
     text("pod_rail_carrier_scac", cc("pod_rail_carrier_scac"))
@@ -232,8 +299,8 @@ def _containers_wide_sql(have: dict[str, set[str]]) -> str:
     at("ind_eta_at", cc("ind_eta_at", ts), ind_tz)
     at("ind_arrived_at", cc("ind_ata_at", ts), ind_tz)
     at("ind_rail_unloaded_at", cc("ind_rail_unloaded_at", ts), ind_tz)
-    lfd("ind_last_free_day_on",
-        f"coalesce({cc('pickup_lfd_rail', ts)}, {cc('ind_facility_lfd_on', ts)})", "r.lfd_rail")
+    lfd("ind_last_free_day_on", stored_lfd(("pickup_lfd_rail", "ind_facility_lfd_on"), ind_tz),
+        "r.lfd_rail")
     at("ind_full_out_at", cc("final_destination_full_out_at", ts), ind_tz)
     at("empty_terminated_at", cc("empty_terminated_at", ts), f"coalesce({empty_tz}, {pod_tz})")
     text("fees_at_pod_terminal", "f.fees_json")
@@ -321,7 +388,11 @@ def publish_risk(
         if "containers" not in tables:
             raise WarehouseMissing(
                 f"the warehouse {path} has no {T}.containers table: run `freetime load` first")
-        df = compute_risk(read_warehouse(con), as_of, tariffs).collect(engine="in-memory")
+        try:
+            df = compute_risk(read_warehouse(con), as_of, tariffs).collect(engine="in-memory")
+        except pl.exceptions.PolarsError as exc:  # data read_warehouse's checks cannot see
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise WarehouseIncompatible(f"cannot compute risk from {path}: {first}") from exc
         con.register("_risk_new", df.to_arrow())
         con.execute("BEGIN TRANSACTION")
         try:
