@@ -86,6 +86,16 @@ def serve(
         _fail(f"invalid --clock {clock!r}: expected ISO 8601 such as 2026-11-20T12:00:00Z")
         return
 
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose proto is TCP
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        _fail(f"cannot bind {host}:{port}: {e.strerror}")
+        return
+
     import uvicorn
 
     from sandbox.app import SandboxState, create_app
@@ -105,15 +115,6 @@ def serve(
                          document_delay=document_delay_seconds,
                          email_documents=email_documents, emails_per_day=emails_per_day)
     asgi = create_app(state)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose proto is TCP
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        _fail(f"cannot bind {host}:{port}: {e.strerror}")
-        return
     sock.listen(2048)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
@@ -122,7 +123,12 @@ def serve(
     config = uvicorn.Config(asgi, log_level=log_level, access_log=False, http="h11",
                             loop="asyncio", lifespan="on", timeout_keep_alive=30,
                             date_header=False)  # V2Guard sends the account clock's date
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        # frozen objects are never freed: at exit, extension modules (DuckDB's) would report
+        # each object they still hold as leaked
+        gc.unfreeze()
 
 
 @app.command()

@@ -91,6 +91,11 @@ def load_tariffs(path: str | Path | None = None) -> pl.DataFrame:
         text = p.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise TariffError(f"cannot read tariff file {p}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise TariffError(
+            f"{p} is not a UTF-8 text CSV (byte {exc.start}: {exc.object[exc.start]:#04x}); "
+            "save the tariff table as CSV (UTF-8)"
+        ) from exc
     reader = csv.DictReader(text.splitlines())
     header = reader.fieldnames or []
     missing = [c for c in COLUMNS if c not in header]
