@@ -44,7 +44,7 @@ LIVE_CONTAINERS, LIVE_SHIPMENTS = 292_863, 170_470
 
 #: One load in its own process, so that its peak RSS is its own.
 LOADER = """
-import json, resource, sys, time
+import json, re, sys, time
 from pipelines.config import ApiSettings
 from pipelines.load import run_load
 base_url, key, db, rate, full = sys.argv[1:6]
@@ -55,7 +55,9 @@ s = run_load(db, ApiSettings(base_url=base_url, api_key=key, rate_limit_per_minu
 print(json.dumps({"seconds": time.monotonic() - t, "kind": s.kind, "rows": s.rows,
                   "requests": s.requests, "rate_limited": s.rate_limited,
                   "window_from": str(s.window_from), "warnings": s.warnings,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  # VmHWM, not ru_maxrss: that one keeps the forking parent's size across exec
+                  "peak_rss_mb": int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status")
+                                               .read()).group(1)) / 1024}))
 """
 
 

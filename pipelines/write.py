@@ -53,7 +53,7 @@ log = logging.getLogger("freetime.write")
 
 #: DuckDB settings of the writing connection: a bounded buffer pool (DuckDB spills to disk
 #: beyond it) keeps the writer's memory bounded whatever the account's size.
-WRITER_CONFIG: dict[str, Any] = {"memory_limit": "256MB", "preserve_insertion_order": False}
+WRITER_CONFIG: dict[str, Any] = {"memory_limit": "128MB", "preserve_insertion_order": False}
 LOADS_TABLE = "freetime_loads"
 SCAN_TABLE = "freetime_scan"  # one row per load, written by the load's source: what it scanned
 
