@@ -21,9 +21,7 @@ import argparse
 import contextlib
 import os
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,8 +31,9 @@ from pathlib import Path
 
 import anyio
 import duckdb
-import httpx
 from mcp import Client
+
+from freetime_cli.mcp_cmd import serving
 
 REPO = Path(__file__).resolve().parents[1]
 CLOCK = "2026-11-20T12:00:00Z"
@@ -56,34 +55,8 @@ def build(n: int, path: Path) -> None:
 @contextlib.contextmanager
 def server(db: Path) -> Iterator[tuple[str, int]]:
     """``freetime mcp serve`` on a free loopback port: its endpoint URL and process id."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FREETIME_MCP")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "freetime_cli.main", "mcp", "serve", "--port", str(port),
-         "--duckdb", str(db)], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "exited")
-            try:
-                httpx.get(base + "/", timeout=1.0)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+    with serving(db) as (base, proc):
         yield base + "/mcp", proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def cpu_seconds(pid: int) -> float:

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -67,3 +75,44 @@ def stdio(duckdb: DuckDbOption = None) -> None:
         mcp.run("stdio")
     finally:
         reader.close()
+
+
+@contextlib.contextmanager
+def serving(
+    db: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``freetime mcp serve`` as a process on a free loopback port (for tests and benchmarks):
+    yields its base URL (``http://127.0.0.1:PORT``) once it answers, and the process; stops it
+    on exit. ``env`` is laid over this process's environment without its FREETIME_MCP_*."""
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("FREETIME_MCP")}
+    full_env.update(env or {})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "freetime_cli.main", "mcp", "serve", "--port", str(port),
+         "--duckdb", str(db), *args],
+        env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "exited")
+            try:
+                httpx.get(base + "/", timeout=1.0)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield base, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -235,3 +235,30 @@ def published_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
     publish_risk(path, as_of=datetime.fromisoformat(PUBLISHED_AS_OF.replace("Z", "+00:00")))
     return path
+
+
+# The sandbox tests' book: 500 containers of seed 49 at a fixed clock, one per test module.
+SANDBOX_CLOCK = "2026-11-20T12:00:00Z"
+
+
+@pytest.fixture(scope="module")
+def sb() -> Iterator[Any]:
+    from sandbox.testing import SandboxProcess
+
+    with SandboxProcess(containers=500, seed=49, clock=SANDBOX_CLOCK) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def http(sb: Any) -> Iterator[Any]:
+    import httpx
+
+    with httpx.Client(base_url=sb.base_url,
+                      headers={"Authorization": f"Token {sb.api_key}"}, timeout=60) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def truth(sb: Any) -> dict[str, Any]:
+    """Ground truth at the start (before any test moves the world)."""
+    return dict(sb.ground_truth())

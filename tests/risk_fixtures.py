@@ -85,3 +85,17 @@ def make_warehouse(path: Path, data: dict[str, list[dict[str, Any]]]) -> Path:
     finally:
         con.close()
     return path
+
+
+def container(cid: str, **kw: object) -> dict[str, object]:
+    """A container at Fenix (Los Angeles), available, discharged 2025-11-07; ``kw`` overrides."""
+    row: dict[str, object] = {
+        "id": cid, "number": cid.upper(), "shipment_id": "s-" + cid, "pod_terminal_id": "t-fenix",
+        "equipment_type": "dry", "equipment_length": 40, "pod_timezone": "America/Los_Angeles",
+        "availability_known": True, "available_for_pickup": True,
+        "terminal_checked_at": "2025-11-14T15:00:00Z",
+        "holds_at_pod_terminal_known": True, "fees_at_pod_terminal_known": False,
+        "current_status": "available", "pod_discharged_at": "2025-11-07T18:00:00Z",
+    }
+    row.update(kw)
+    return row

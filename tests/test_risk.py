@@ -9,6 +9,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
+from risk_fixtures import container as _c
 from risk_fixtures import make_warehouse
 
 from pipelines.analytics import compute_risk, load_tariffs, publish_risk, read_warehouse
@@ -18,18 +19,6 @@ from pipelines.warehouse import reading
 AS_OF = datetime(2025, 11, 14, 16, 0, tzinfo=UTC)
 LA, NY, CHI = "America/Los_Angeles", "America/New_York", "America/Chicago"
 FRESH = "2025-11-14T15:00:00Z"
-
-
-def _c(cid: str, **kw: object) -> dict[str, object]:
-    row: dict[str, object] = {
-        "id": cid, "number": cid.upper(), "shipment_id": "s-" + cid, "pod_terminal_id": "t-fenix",
-        "equipment_type": "dry", "equipment_length": 40, "pod_timezone": LA,
-        "availability_known": True, "available_for_pickup": True, "terminal_checked_at": FRESH,
-        "holds_at_pod_terminal_known": True, "fees_at_pod_terminal_known": False,
-        "current_status": "available", "pod_discharged_at": "2025-11-07T18:00:00Z",
-    }
-    row.update(kw)
-    return row
 
 
 def _s(cid: str, scac: str = "HLCU", pod: str = "USLAX", **kw: object) -> dict[str, object]:

@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,23 +33,6 @@ STATUSES = {
 }
 
 
-@pytest.fixture(scope="module")
-def sb() -> Iterator[SandboxProcess]:
-    with SandboxProcess(containers=500, seed=49, clock=CLOCK) as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def http(sb: SandboxProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=sb.base_url,
-                      headers={"Authorization": f"Token {sb.api_key}"}, timeout=30) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def truth(sb: SandboxProcess) -> dict[str, Any]:
-    """Ground truth at the start (before any test moves the world)."""
-    return sb.ground_truth()
 
 
 def scan(http: httpx.Client, path: str, **params: Any) -> list[dict[str, Any]]:

@@ -9,7 +9,6 @@ the world start their own.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -25,22 +24,6 @@ INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 LEGACY = ("pickup_lfd_terminal", "pickup_lfd_line", "pickup_lfd_rail")
 
 
-@pytest.fixture(scope="module")
-def sb() -> Iterator[SandboxProcess]:
-    with SandboxProcess(containers=500, seed=49, clock=CLOCK) as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def http(sb: SandboxProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=sb.base_url,
-                      headers={"Authorization": f"Token {sb.api_key}"}, timeout=60) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def truth(sb: SandboxProcess) -> dict[str, Any]:
-    return sb.ground_truth()
 
 
 @pytest.fixture(scope="module")
