@@ -223,3 +223,23 @@ def test_a_bad_writer_wait_is_one_line(tmp_path: Path, value: str) -> None:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "Traceback" not in err
     assert err.startswith("error: ") and "WAIT" in err.upper()
+
+
+def test_a_large_apply_prints_its_summary_and_no_traceback(tmp_path: Path) -> None:
+    """6,788 notifications in one apply ran DuckDB out of its memory pool and printed 52
+    tracebacks before a retry succeeded; now one summary line and nothing else."""
+    with SandboxProcess(containers=400, seed=19, clock=CLOCK) as sb:
+        db, inbox = tmp_path / "w.duckdb", tmp_path / "inbox.sqlite"
+        run_load(db, _api(sb))
+        containers = sb.ground_truth()["containers"]
+        start = dt.datetime.now(dt.UTC)
+        with Inbox(inbox) as box:
+            for n in range(6788):
+                at = (start + dt.timedelta(seconds=n)).isoformat()
+                box.add(parse_notification(
+                    _older_notification(f"big-{n}", containers[n % len(containers)], at)))
+        proc = _cli("webhooks", "apply", "--duckdb", str(db), "--inbox", str(inbox))
+        out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    assert "Traceback" not in err and "Error" not in err, err[-2000:]
+    assert "6788 notifications" in out + err, out + err
