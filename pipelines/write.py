@@ -521,14 +521,19 @@ def _merge_table(
     keys = ", ".join(_q(k) for k in rule.key)
     version = _q(rule.version) if rule.version else "rowid"
     # the newest incoming row per key (a load can see a record twice; a job re-run after a kill
-    # can append the same rows twice)
+    # can append the same rows twice). Only their row ids are kept aside: the rows are read
+    # from the incoming table through the view, so memory stays bounded whatever the load's size
     con.execute(
-        f"CREATE OR REPLACE TEMP TABLE _new AS SELECT * FROM {src} WHERE rowid IN ("
-        f"SELECT arg_max(rowid, {version}) FROM {src} WHERE _dlt_load_id = ? GROUP BY {keys})",
+        f"CREATE OR REPLACE TEMP TABLE _new_ids AS SELECT arg_max(rowid, {version}) AS rid "
+        f"FROM {src} WHERE _dlt_load_id = ? GROUP BY {keys}",
         [load_id],
     )
+    con.execute(
+        f"CREATE OR REPLACE TEMP VIEW _new AS SELECT * FROM {src} "
+        "WHERE rowid IN (SELECT rid FROM _new_ids)"
+    )
     if rule.parent is not None:
-        _merge_children(con, table, rule, dst, incoming, out)
+        _merge_children(con, table, rule, src, dst, incoming, out)
         return
     on = " AND ".join(f"t.{_q(k)} = n.{_q(k)}" for k in rule.key)
     newer = f"t.{version} > n.{version}" if rule.version else "false"
@@ -549,6 +554,7 @@ def _merge_children(
     con: duckdb.DuckDBPyConnection,
     table: str,
     rule: Merge,
+    src: str,
     dst: str,
     incoming: Mapping[str, str],
     out: Published,
@@ -561,8 +567,10 @@ def _merge_children(
         f"CREATE OR REPLACE TEMP TABLE _owners AS SELECT {pk} AS owner, max({version}) AS v "
         f"FROM _new GROUP BY {pk}"
     )
-    con.execute(
-        f"DELETE FROM _new n WHERE {version} < (SELECT v FROM _owners o WHERE o.owner = n.{pk})"
+    con.execute(  # only the rows of each container's newest fetch
+        f"DELETE FROM _new_ids WHERE rid IN (SELECT n.rowid FROM {src} n "
+        f"WHERE n.rowid IN (SELECT rid FROM _new_ids) "
+        f"AND n.{version} < (SELECT v FROM _owners o WHERE o.owner = n.{pk}))"
     )
     newer_parent = (
         f" OR EXISTS (SELECT 1 FROM {parent} p WHERE p.id = o.owner AND p.fetched_at > o.v)"

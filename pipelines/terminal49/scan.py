@@ -157,6 +157,7 @@ class ListScan:
         yield from self._follow(tail, count)
         yield from self._reconcile()
         self._report()
+        self.stats.seen = set()  # the count stays in ``distinct``; the ids are not needed now
 
     def _size_in_effect(self, first: ParsedPage) -> int:
         """The page size the API applied: what it says, unless a page followed by another
