@@ -53,7 +53,11 @@ log = logging.getLogger("freetime.write")
 
 #: DuckDB settings of the writing connection: a bounded buffer pool (DuckDB spills to disk
 #: beyond it) keeps the writer's memory bounded whatever the account's size.
-WRITER_CONFIG: dict[str, Any] = {"memory_limit": "128MB", "preserve_insertion_order": False}
+WRITER_CONFIG: dict[str, Any] = {
+    "memory_limit": "128MB",
+    "preserve_insertion_order": False,
+    "threads": 1,  # each DuckDB thread holds buffers of its own: one keeps the pool enough
+}
 LOADS_TABLE = "freetime_loads"
 SCAN_TABLE = "freetime_scan"  # one row per load, written by the load's source: what it scanned
 
@@ -528,12 +532,9 @@ def _merge_table(
         f"FROM {src} WHERE _dlt_load_id = ? GROUP BY {keys}",
         [load_id],
     )
-    con.execute(
-        f"CREATE OR REPLACE TEMP VIEW _new AS SELECT * FROM {src} "
-        "WHERE rowid IN (SELECT rid FROM _new_ids)"
-    )
+    _define_new(con, src, load_id)
     if rule.parent is not None:
-        _merge_children(con, table, rule, src, dst, incoming, out)
+        _merge_children(con, table, rule, src, dst, load_id, incoming, out)
         return
     on = " AND ".join(f"t.{_q(k)} = n.{_q(k)}" for k in rule.key)
     newer = f"t.{version} > n.{version}" if rule.version else "false"
@@ -556,6 +557,7 @@ def _merge_children(
     rule: Merge,
     src: str,
     dst: str,
+    load_id: str,
     incoming: Mapping[str, str],
     out: Published,
 ) -> None:
@@ -567,11 +569,14 @@ def _merge_children(
         f"CREATE OR REPLACE TEMP TABLE _owners AS SELECT {pk} AS owner, max({version}) AS v "
         f"FROM _new GROUP BY {pk}"
     )
-    con.execute(  # only the rows of each container's newest fetch
+    older = _count(  # only the rows of each container's newest fetch
+        con,
         f"DELETE FROM _new_ids WHERE rid IN (SELECT n.rowid FROM {src} n "
         f"WHERE n.rowid IN (SELECT rid FROM _new_ids) "
-        f"AND n.{version} < (SELECT v FROM _owners o WHERE o.owner = n.{pk}))"
+        f"AND n.{version} < (SELECT v FROM _owners o WHERE o.owner = n.{pk}))",
     )
+    if older:
+        _define_new(con, src, load_id)
     newer_parent = (
         f" OR EXISTS (SELECT 1 FROM {parent} p WHERE p.id = o.owner AND p.fetched_at > o.v)"
         if rule.parent in table_names(con, DATASET)
@@ -582,15 +587,13 @@ def _merge_children(
         f"AND t.{version} > o.v){newer_parent}"
     )
     kept = _count(con, "SELECT count(*) FROM _owners")
+    owners = _count(con, f"SELECT count(DISTINCT {pk}) FROM _new")
     con.execute(f"DELETE FROM {dst} t USING _owners o WHERE t.{pk} = o.owner")
     cols = ", ".join(_q(c) for c in incoming if c not in _NOT_PUBLISHED)
     real = "NOT coalesce(n._deleted, false)" if "_deleted" in incoming else "true"
-    inserted = _count(
-        con,
-        f"INSERT INTO {dst} ({cols}) SELECT {cols} FROM _new n "
-        f"WHERE {real} AND n.{pk} IN (SELECT owner FROM _owners)",
-    )
-    owners = _count(con, f"SELECT count(DISTINCT {pk}) FROM _new")
+    if kept < owners:
+        real += f" AND n.{pk} IN (SELECT owner FROM _owners)"
+    inserted = _count(con, f"INSERT INTO {dst} ({cols}) SELECT {cols} FROM _new n WHERE {real}")
     out.add(out.written, table, inserted)
     out.add(out.skipped, table, owners - kept)
 
@@ -623,6 +626,17 @@ def _remove_unlisted(
                 "WHERE container_id IN (SELECT id FROM _gone)",
             )
             out.add(out.removed, child, n)
+
+
+def _define_new(con: duckdb.DuckDBPyConnection, src: str, load_id: str) -> None:
+    """View ``_new``: the rows of ``_new_ids``, read from the incoming table. When they are all
+    the load's rows (the usual case: no record seen twice), the view filters on the load id
+    alone, so that no statement has to hold the ids in a hash table."""
+    of_load = "_dlt_load_id = '" + load_id.replace("'", "''") + "'"
+    rows = _count(con, f"SELECT count(*) FROM {src} WHERE {of_load}")
+    chosen = _count(con, "SELECT count(*) FROM _new_ids")
+    which = of_load if rows == chosen else "rowid IN (SELECT rid FROM _new_ids)"
+    con.execute(f"CREATE OR REPLACE TEMP VIEW _new AS SELECT * FROM {src} WHERE {which}")
 
 
 def _count(con: duckdb.DuckDBPyConnection, sql: str) -> int:
