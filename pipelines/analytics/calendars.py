@@ -90,11 +90,11 @@ class WorkingCalendar:
     def working_days_between(self, start: pl.Expr, end: pl.Expr) -> pl.Expr:
         """Working days in ``(start, end]``; negative (those in ``(end, start]``) when ``end`` is
         before ``start``. NULL when either is NULL."""
-        def count(a: pl.Expr, b: pl.Expr) -> pl.Expr:  # working days in (a, b], a <= b
-            return pl.business_day_count(a.dt.offset_by("1d"), b.dt.offset_by("1d"),
-                                         holidays=self.holidays)
-
-        return pl.when(end >= start).then(count(start, end)).otherwise(-count(end, start))
+        # polars counts the days in [a, b) when a <= b, and minus those in (b, a] when b < a:
+        # (start, end] is [start + 1, end + 1); minus (end, start] is (end, start] as it is
+        forward = (end >= start).cast(pl.Int32)
+        return pl.business_day_count(_add_days(start, forward), _add_days(end, forward),
+                                     holidays=self.holidays)
 
     def add_working_days(self, day: pl.Expr, n: pl.Expr | int) -> pl.Expr:
         """The ``n``-th working day after ``day`` (``day`` itself need not be a working day; with
@@ -107,6 +107,11 @@ class WorkingCalendar:
         """:meth:`add_working_days` of one date."""
         out: date = pl.select(self.add_working_days(pl.lit(day), n)).item()
         return out
+
+
+def _add_days(day: pl.Expr, n: pl.Expr) -> pl.Expr:
+    """A Date expression plus ``n`` calendar days."""
+    return (day.cast(pl.Int32) + n).cast(pl.Date)
 
 
 @functools.lru_cache(maxsize=1)

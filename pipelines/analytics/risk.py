@@ -22,9 +22,9 @@ heading. In short:
   not change the level.
 
 How: the containers are joined to their shipment, terminal, holds, fees and tariff rows (joins on
-ids and keys), then split into groups that share their local zones (port, destination, line LFD,
-empty return). Within a group every zone, and "today" in it, is a constant, so each local date is
-one time-zone conversion; the groups' plans run in parallel.
+ids and keys; only the key columns go through the joins, the matches are placed beside the
+rows), then each rule adds its columns. Each instant is converted to a local date in its own
+zone only; "today" and the working days after it are constants per zone.
 """
 
 from __future__ import annotations
@@ -170,18 +170,19 @@ def compute_risk(
     fr = frames if isinstance(frames, WarehouseFrames) else WarehouseFrames.from_mapping(frames)
     as_of = (as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)).astimezone(UTC)
     zones = _zone_names(fr)
-    rows = _with_zones(_joined(fr), zones)
-    rows, tiers = _with_tariffs(rows, tariffs)
+    shipments = _shipments(fr)
+    rows = _with_zones(_joined(fr, shipments), zones)
+    rows, tiers = _with_tariffs(rows, shipments, tariffs)
     return _rules(rows, zones, as_of, working_calendar(), tiers)
 
 
 # --- the inputs of the rules: one row per container with everything joined ----------------
 
 
-def _joined(fr: WarehouseFrames) -> pl.LazyFrame:
-    """Each container with its shipment, POD terminal, holds and fees (joins on ids)."""
+def _shipments(fr: WarehouseFrames) -> pl.LazyFrame:
+    """The shipment columns the rules read, one row per ``shipment_id`` (its first)."""
     col = pl.col
-    shipments = fr.shipments.unique("id", keep="first", maintain_order=True).select(
+    return fr.shipments.filter(col("id").is_first_distinct()).select(
         col("id").alias("shipment_id"), "bill_of_lading_number",
         col("shipping_line_scac").str.to_uppercase(),
         "port_of_discharge_locode", "destination_locode", "customer_name",
@@ -191,35 +192,44 @@ def _joined(fr: WarehouseFrames) -> pl.LazyFrame:
             pl.coalesce("pod_ata_at", "pod_eta_at") - col("pod_original_eta_at")),
         _line_tracking_stopped=col("line_tracking_stopped_at").is_not_null(),
     )
+
+
+def _joined(fr: WarehouseFrames, shipments: pl.LazyFrame) -> pl.LazyFrame:
+    """Each container with its shipment (a :func:`_shipments` frame), POD terminal, holds and
+    fees (joins on ids)."""
+    col = pl.col
     terminals = fr.terminals.select(
         col("id").alias("pod_terminal_id"), col("name").alias("pod_terminal_name"),
-        col("nickname").alias("pod_terminal_nickname"),
         col("firms_code").alias("pod_terminal_firms_code"),
+        _at_terminal=pl.concat_str(pl.lit(" at "), pl.coalesce("nickname", "name")),  # reason
     ).drop_nulls("pod_terminal_id").unique("pod_terminal_id", keep="first", maintain_order=True)
     holds = (
         fr.container_holds.filter(col("status").is_in(["hold", "pending"]))
         .unique(["container_id", "status", "name"])
+        .sort("name")  # a group keeps the order of its rows: the names come out sorted
         .group_by("container_id").agg(
-            blocking_holds=col("name").filter(col("status") == "hold").sort(),
-            pending_holds=col("name").filter(col("status") == "pending").sort(),
+            blocking_holds=col("name").filter(col("status") == "hold"),
+            pending_holds=col("name").filter(col("status") == "pending"),
         )
         .with_columns(_holds_phrase=pl.concat_str([  # "customs hold; TMF pending"
             pl.when(col(c).list.len() > 0).then(pl.concat_str(col(c).list.join(", "), pl.lit(w)))
             for c, w in (("blocking_holds", " hold"), ("pending_holds", " pending"))
         ], separator="; ", ignore_nulls=True))
     )
-    fees = fr.container_fees.group_by("container_id").agg(
-        _fees_sum=col("amount").filter(col("type") != "total").sum(),
-        _demurrage_sum=col("amount").filter(col("type") == "demurrage").sum(),
-        _fee_rows=pl.len(),
+    fees = fr.container_fees.with_columns(
+        _fee=pl.when(col("type") != "total").then("amount"),
+        _demurrage=pl.when(col("type") == "demurrage").then("amount"),
+    ).group_by("container_id").agg(
+        _fees_sum=col("_fee").sum(), _demurrage_sum=col("_demurrage").sum(), _fee_rows=pl.len(),
     )
     no_names = pl.lit([], dtype=pl.List(pl.String))
     holds_and_fees = holds.join(fees, on="container_id", how="full", coalesce=True)
+    containers = fr.containers.rename({"id": "container_id", "number": "container_number"})
     return (
-        fr.containers.rename({"id": "container_id", "number": "container_number"})
-        .join(shipments, on="shipment_id", how="left")
-        .join(terminals, on="pod_terminal_id", how="left")
-        .join(holds_and_fees, on="container_id", how="left")
+        _beside(containers, containers.select("shipment_id", "pod_terminal_id", "container_id")
+                .join(shipments, on="shipment_id", how="left", maintain_order="left")
+                .join(terminals, on="pod_terminal_id", how="left", maintain_order="left")
+                .join(holds_and_fees, on="container_id", how="left", maintain_order="left"))
         .with_columns(
             blocking_holds=col("blocking_holds").fill_null(no_names),
             pending_holds=col("pending_holds").fill_null(no_names),
@@ -230,6 +240,15 @@ def _joined(fr: WarehouseFrames) -> pl.LazyFrame:
         )
         .with_columns(**_tariff_keys())
     )
+
+
+def _beside(rows: pl.LazyFrame, joined: pl.LazyFrame) -> pl.LazyFrame:
+    """``rows`` with the columns ``joined`` adds, for ``joined`` = left joins of some of the
+    key columns of ``rows`` (in their order) to tables unique on their keys."""
+    # joining the narrow key columns, rather than every column of ``rows``, spares polars
+    # gathering all of them by the join's row order
+    added = [c for c in joined.collect_schema().names() if c not in rows.collect_schema()]
+    return pl.concat([rows, joined.select(added)], how="horizontal")
 
 
 def _is_inland() -> pl.Expr:
@@ -264,14 +283,23 @@ _KEYS = ["_scac", "_port", "_equip"]
 
 
 def _with_tariffs(
-    rows: pl.LazyFrame, tariffs: pl.DataFrame
+    rows: pl.LazyFrame, shipments: pl.LazyFrame, tariffs: pl.DataFrame
 ) -> tuple[pl.LazyFrame, dict[str, int]]:
     """Join each container's demurrage and detention tariff rows (README, "Cost").
 
     The columns are those of :func:`match_tariffs` prefixed :data:`DEM` / :data:`DET` (NULL: no
-    tariff). Also returns the number of tier columns of each prefix.
+    tariff). Also returns the number of tier columns of each prefix. ``shipments``: the
+    :func:`_shipments` frame the rows were joined to.
     """
-    keys = rows.select(scac="_scac", port="_port", equip="_equip").unique()
+    # Every key a container can have: its shipment's carrier with the port of discharge or
+    # the destination (or no shipment), either equipment. Taken from the shipments: distinct
+    # keys of ``rows`` would have polars compute the joined rows a second time.
+    no_shipment = pl.LazyFrame({"scac": [None], "port": [None]},
+                               schema={"scac": pl.String, "port": pl.String})
+    keys = pl.concat([
+        shipments.select(scac="shipping_line_scac", port=port).unique()
+        for port in ("port_of_discharge_locode", "destination_locode")
+    ] + [no_shipment]).unique().join(pl.LazyFrame({"equip": ["dry", "reefer"]}), how="cross")
     by_key, tiers = keys, {}
     for prefix, charge in ((DEM, "demurrage"), (DET, "detention")):
         matched = match_tariffs(keys, tariffs, charge)
@@ -280,8 +308,9 @@ def _with_tariffs(
         by_key = by_key.join(matched.rename(renamed), on=["scac", "port", "equip"], how="left",
                              nulls_equal=True)
         tiers[prefix] = sum(1 for c in names if c.endswith("_rate"))
-    rows = rows.join(by_key, left_on=_KEYS, right_on=["scac", "port", "equip"], how="left",
-                     nulls_equal=True)
+    rows = _beside(rows, rows.select(_KEYS).join(
+        by_key, left_on=_KEYS, right_on=["scac", "port", "equip"], how="left", nulls_equal=True,
+        maintain_order="left"))
     return rows, tiers
 
 
@@ -374,25 +403,26 @@ def _cost(prefix: str, tiers: dict[str, int], days: pl.Expr) -> pl.Expr:
 def _free_time_end(cal: WorkingCalendar, prefix: str, start: pl.Expr) -> pl.Expr:
     """The tariff's ``free_days`` after ``start``, on its basis (working or calendar days)."""
     free = pl.col(prefix + "free_days")
+    working = pl.col(prefix + "free_basis") == "working"
+    # only the working-basis rows go through the (costlier) working-day arithmetic
     return (
-        pl.when(pl.col(prefix + "free_basis") == "working")
-        .then(cal.add_working_days(start, free))
+        pl.when(working).then(cal.add_working_days(pl.when(working).then(start), free))
         .otherwise(_add_days(start, free))
     )
 
 
-def _lfd_phrase(days: pl.Expr, place: pl.Expr) -> pl.Expr:
+def _lfd_phrase(days: pl.Expr, place: list[pl.Expr]) -> pl.Expr:
     """"LFD in 3 days at Fenix (terminal)", "LFD today (rail)", "LFD passed 4 days ago ..."
-    for a days-to-LFD expression and the " at Fenix (terminal)" place phrase."""
+    for a days-to-LFD expression and the parts of the " at Fenix (terminal)" place phrase."""
     return pl.concat_str([
         pl.when(days < -1).then(pl.lit("LFD passed "))
         .when(days == -1).then(pl.lit("LFD was yesterday"))
         .when(days == 0).then(pl.lit("LFD today"))
         .when(days == 1).then(pl.lit("LFD tomorrow"))
         .otherwise(pl.lit("LFD in ")),
-        pl.when(days.abs() > 1).then(days.abs().cast(pl.String)),
+        pl.when(days.abs() > 1).then(days.abs()).cast(pl.String),
         pl.when(days < -1).then(pl.lit(" days ago")).when(days > 1).then(pl.lit(" days")),
-        place,
+        *place,
     ], ignore_nulls=True)
 
 
@@ -443,11 +473,6 @@ def _rules(
         lfd_pod=col("pod_lfd_unified"),
         _appointment_date=_local_date("pickup_appointment_at", pod_zone, zones),
         _return_date=_local_date("empty_terminated_at", col("_zone_empty"), zones),
-        # free time counts from discharge, or from rail arrival at the inland ramp
-        _clock_start=_local_date(
-            pl.when(at_ramp).then(pl.coalesce("ind_rail_unloaded_at", "ind_ata_at"))
-            .otherwise(col("pod_discharged_at")),
-            pl.when(at_ramp).then(dest_zone).otherwise(pod_zone), zones),
         _full_out_date=_local_date(
             full_out, pl.when(inland).then(dest_zone).otherwise(pod_zone), zones),
     )
@@ -464,18 +489,18 @@ def _rules(
         "terminal": ~has_pod & ~done & ~left_port,
         "rail": ~done & inland,
     }
-    lfd_date = pl.min_horizontal(
-        pl.when(rel).then(col("lfd_" + name)) for name, rel in relevant.items())
-    pod_source = pl.concat_str(pl.lit("pod_"), col("pod_lfd_unified_selection")).fill_null("pod")
+    rows = rows.with_columns(lfd_date=pl.min_horizontal(
+        pl.when(rel).then(col("lfd_" + name)) for name, rel in relevant.items()))
+    pod_source = pl.concat_str(
+        pl.lit("pod_"), pl.when(has_pod).then(col("pod_lfd_unified_selection"))).fill_null("pod")
     source = pl.lit(None, dtype=pl.String)
     for name in reversed(relevant):  # ties prefer pod, line, terminal, then rail
         label = pod_source if name == "pod" else pl.lit(name)
-        source = pl.when(relevant[name] & (col("lfd_" + name) == lfd_date)) \
+        source = pl.when(relevant[name] & (col("lfd_" + name) == col("lfd_date"))) \
             .then(label).otherwise(source)
     reported = [col(c) for c in ("lfd_line", "lfd_terminal", "lfd_rail", "pod_lfd_line_current",
                                  "pod_lfd_facility_current", "pod_lfd_unified")]
     rows = rows.with_columns(
-        lfd_date=lfd_date,
         lfd_source=source,
         lfd_disagreement_days=pl.when(
             pl.sum_horizontal(d.is_not_null() for d in reported) >= 2
@@ -513,9 +538,15 @@ def _rules(
 
     # --- Cost: the LFD used for cost and the projected pickup date ------------------------
     appointment = col("_appointment_date")
+    # free time counts from discharge, or from rail arrival at the inland ramp; only the boxes
+    # with no binding LFD have their instant converted
+    estimated = col("lfd_date").is_null() & ~done
+    clock_start = _local_date(
+        pl.when(estimated & at_ramp).then(pl.coalesce("ind_rail_unloaded_at", "ind_ata_at"))
+        .when(estimated).then(col("pod_discharged_at")),
+        pl.when(at_ramp).then(dest_zone).otherwise(pod_zone), zones)
     rows = rows.with_columns(
-        lfd_estimated=pl.when(col("lfd_date").is_null() & ~done)
-        .then(_free_time_end(cal, DEM, col("_clock_start"))),
+        lfd_estimated=_free_time_end(cal, DEM, clock_start),
         _pickup_date=pl.when(appointment >= today_local).then(appointment)
         .when(col("ready_for_pickup")).then(today_local)
         .when(on_hold).then(in_binding_zone(
@@ -593,47 +624,44 @@ def _rules(
 def _risk_reason(unknown: pl.Expr) -> pl.Expr:
     """Short phrases joined with "; ": what happened or the LFD, holds, availability,
     appointment, staleness (README, "Risk level")."""
+    # Each phrase is NULL outside its case and reads only its case's rows (its inputs are
+    # NULL elsewhere): building strings is the costly part, so no row builds one it drops.
     col = pl.col
     done, src = col("_done"), col("lfd_source")
-    terminal = pl.coalesce("pod_terminal_nickname", "pod_terminal_name")
-    place = pl.concat_str([  # " at Fenix (terminal)", " (rail)"
-        pl.when(src != "rail").then(pl.concat_str(pl.lit(" at "), terminal)),
-        pl.lit(" ("), src, pl.lit(")"),
-    ], ignore_nulls=True)
 
-    def dated(text: str, day: str) -> pl.Expr:  # NULL where the date is
-        return pl.concat_str(pl.lit(text), col(day).cast(pl.String))
+    def only(case: pl.Expr, value: str | pl.Expr) -> pl.Expr:
+        return pl.when(case).then(pl.col(value) if isinstance(value, str) else value)
 
-    first = (
-        pl.when(done).then(
-            pl.when(col("empty_terminated_at").is_not_null())
-            .then(dated("empty returned ", "_return_date"))
-            .when(col("full_out_at").is_not_null())
-            .then(dated("picked up ", "_full_out_date"))
-            .otherwise(pl.concat_str(pl.lit("status "), col("current_status")))
-        )
-        .when(unknown).then(pl.concat_str([
-            pl.lit("discharged, no LFD posted"),
-            pl.when(col("lfd_estimated").is_not_null())
-            .then(pl.concat_str(dated(" (tariff estimate ", "lfd_estimated"), pl.lit(")"))),
-        ], ignore_nulls=True))
-        .when(col("lfd_date").is_null()).then(pl.lit("not discharged yet"))
-        .otherwise(_lfd_phrase(col("days_to_lfd"), place))
+    def dated(text: str, day: pl.Expr) -> pl.Expr:  # NULL where the date is
+        return pl.concat_str(pl.lit(text), day.cast(pl.String))
+
+    returned = done & col("empty_terminated_at").is_not_null()
+    picked_up = done & ~returned & col("full_out_at").is_not_null()
+    lfd_posted = ~done & col("lfd_date").is_not_null()
+    what_happened = pl.coalesce(
+        dated("empty returned ", only(returned, "_return_date")),
+        dated("picked up ", only(picked_up, "_full_out_date")),
+        pl.concat_str(pl.lit("status "), only(done, "current_status")),
+        pl.concat_str(dated("discharged, no LFD posted (tariff estimate ",
+                            only(unknown, "lfd_estimated")), pl.lit(")")),
+        only(unknown, pl.lit("discharged, no LFD posted")),  # no estimate
+        only(~done & col("lfd_date").is_null(), pl.lit("not discharged yet")),
+        only(lfd_posted, _lfd_phrase(only(lfd_posted, "days_to_lfd"), [
+            only(lfd_posted & (src != "rail"), "_at_terminal"),
+            pl.lit(" ("), src, pl.lit(")"),
+        ])),
     )
     active = ~done & (col("lfd_date").is_not_null() | col("_discharged"))
     on_hold = col("blocking_holds").list.len() > 0
+    appointment = only(active & (col("_appointment_date") >= col("today_local")),
+                       "_appointment_date")
     parts = [
-        first,
-        pl.when(active).then(col("_holds_phrase")),
-        pl.when(active & ~on_hold & ~col("ready_for_pickup")).then(
-            pl.when(col("availability_known") == False)  # noqa: E712 (NULL must stay NULL)
-            .then(pl.lit("availability unknown")).otherwise(pl.lit("not available"))),
-        pl.when(active).then(
-            pl.when(col("_appointment_date") >= col("today_local"))
-            .then(pl.concat_str(pl.lit("appointment "),
-                                col("_appointment_date").cast(pl.String)))
-            .otherwise(pl.lit("no appointment"))),
-        pl.when(col("stale") & ~done).then(pl.lit("stale data")),
+        what_happened,
+        only(active, "_holds_phrase"),
+        only(active & ~on_hold & ~col("ready_for_pickup"),
+             pl.when(col("availability_known") == False)  # noqa: E712 (NULL must stay NULL)
+             .then(pl.lit("availability unknown")).otherwise(pl.lit("not available"))),
+        pl.coalesce(dated("appointment ", appointment), only(active, pl.lit("no appointment"))),
+        only(col("stale") & ~done, pl.lit("stale data")),
     ]
     return pl.concat_str(parts, separator="; ", ignore_nulls=True)
-
