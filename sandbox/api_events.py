@@ -48,7 +48,8 @@ from sandbox.documents import (
     schema_resource,
 )
 from sandbox.render import iso
-from sandbox.webhooks import EVENT_SET, Occurrence, body_of, envelope, sign
+from sandbox.webhook_events import EVENT_SET, Occurrence, body_of, envelope
+from sandbox.webhook_hub import sign
 
 Handler = Callable[[Request], Awaitable[Response]]
 WEBHOOK_NOTIFICATION_INCLUDES = ("reference_object", "webhook")

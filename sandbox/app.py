@@ -47,7 +47,8 @@ from sandbox.render import (
     Renderer,
     iso,
 )
-from sandbox.webhooks import Builder, WebhookHub
+from sandbox.webhook_events import Builder
+from sandbox.webhook_hub import WebhookHub
 
 JSONAPI = "application/vnd.api+json"
 DEFAULT_PAGE_SIZE = 30
