@@ -36,7 +36,7 @@ import duckdb
 import httpx
 
 from pipelines.terminal49.settings import CONTAINER_INCLUDE, SHIPMENT_INCLUDE
-from sandbox.testing import SandboxProcess
+from sandbox.process import SandboxProcess
 
 CLOCK = "2026-11-20T12:00:00Z"
 CONCURRENCY = 4

@@ -44,7 +44,7 @@ def build(n: int, path: Path) -> None:
     from pipelines.analytics import publish_risk
     from pipelines.config import ApiSettings
     from pipelines.load import run_load
-    from sandbox.testing import SandboxProcess
+    from sandbox.process import SandboxProcess
 
     with SandboxProcess(containers=n, seed=49, clock=CLOCK, rate_limit=0) as sb:
         run_load(path, ApiSettings(base_url=sb.base_url, api_key=sb.api_key,

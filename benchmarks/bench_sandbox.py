@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from sandbox.testing import SandboxProcess
+from sandbox.process import SandboxProcess
 
 SERVE_TARGET = 3000.0
 RSS_TARGET_MB = 2048.0

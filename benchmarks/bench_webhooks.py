@@ -93,7 +93,7 @@ def bench_latency(tmp: Path, containers: int) -> tuple[float, dict[str, float], 
     from pipelines.terminal49.client import Terminal49Client
     from pipelines.warehouse import reading
     from pipelines.webhooks.apply import apply_inbox
-    from sandbox.testing import SandboxProcess
+    from sandbox.process import SandboxProcess
 
     duckdb_path, inbox = tmp / "w.duckdb", tmp / "inbox-latency.sqlite"
     with SandboxProcess(containers=containers, webhook_backoff=0.2) as sb:

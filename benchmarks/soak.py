@@ -32,7 +32,7 @@ import duckdb
 
 from freetime_cli.webhooks_cmd import start_receiver_process
 from pipelines.webhooks.receiver import PATH
-from sandbox.testing import SandboxProcess
+from sandbox.process import SandboxProcess
 
 FAULTS = "5xx=0.05,429=0.05,truncate=0.01,drop=0.01"
 REPO = Path(__file__).resolve().parents[1]

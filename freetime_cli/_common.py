@@ -63,7 +63,7 @@ def quiet_logging() -> None:
 @contextlib.contextmanager
 def embedded_sandbox(containers: int | None = None) -> Iterator[tuple[str, str]]:
     """Start the local sandbox in a background process; yield (base_url, api_key)."""
-    from sandbox.testing import SandboxProcess  # the CLI, not the pipeline, knows the sandbox
+    from sandbox.process import SandboxProcess  # the CLI, not the pipeline, knows the sandbox
 
     with SandboxProcess(containers=containers) if containers else SandboxProcess() as sb:
         yield sb.base_url, sb.api_key

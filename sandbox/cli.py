@@ -98,8 +98,9 @@ def serve(
 
     import uvicorn
 
-    from sandbox.app import SandboxState, create_app
+    from sandbox.app import create_app
     from sandbox.model import Account
+    from sandbox.state import SandboxState
 
     account = Account.generate(containers, seed, clock_ts, active_share=active_share)
     # The account is long-lived: keep the cyclic GC from re-scanning it on every collection.

@@ -30,7 +30,7 @@ from typing import Any
 
 from sandbox.model import Account, derive_uuid
 from sandbox.render import Renderer, iso
-from sandbox.webhooks import Occurrence
+from sandbox.webhook_events import Occurrence
 from sandbox.world import DAY, HOUR
 
 Resource = dict[str, Any]

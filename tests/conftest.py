@@ -225,7 +225,7 @@ def published_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from pipelines.analytics import publish_risk
     from pipelines.config import ApiSettings
     from pipelines.load import run_load
-    from sandbox.testing import SandboxProcess
+    from sandbox.process import SandboxProcess
 
     path = tmp_path_factory.mktemp("published") / "freetime.duckdb"
     with SandboxProcess(containers=500, seed=49, clock=PUBLISHED_AS_OF) as sb:
@@ -243,7 +243,7 @@ SANDBOX_CLOCK = "2026-11-20T12:00:00Z"
 
 @pytest.fixture(scope="module")
 def sb() -> Iterator[Any]:
-    from sandbox.testing import SandboxProcess
+    from sandbox.process import SandboxProcess
 
     with SandboxProcess(containers=500, seed=49, clock=SANDBOX_CLOCK) as proc:
         yield proc

@@ -36,7 +36,7 @@ def small_pdf(text: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Any]:
-    from sandbox.testing import SandboxProcess
+    from sandbox.process import SandboxProcess
 
     with SandboxProcess(containers=50, webhook_backoff=0.2, document_delay=0) as sb:
         yield sb

@@ -123,7 +123,7 @@ def test_summary_markdown_sections_and_report_link(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Any]:
-    from sandbox.testing import SandboxProcess
+    from sandbox.process import SandboxProcess
 
     with SandboxProcess(containers=300, seed=49, clock=CLOCK) as sb:
         yield sb

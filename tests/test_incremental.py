@@ -23,7 +23,7 @@ import pytest
 from pipelines.config import ApiSettings
 from pipelines.load import LoadFailed, last_load_started, run_load
 from pipelines.terminal49.scan import ScanStats
-from sandbox.testing import SandboxProcess
+from sandbox.process import SandboxProcess
 from tests.test_load_sandbox import assert_equals_ground_truth
 
 

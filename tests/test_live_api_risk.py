@@ -18,7 +18,7 @@ import pytest
 from pipelines.analytics.publish import publish_risk
 from pipelines.config import ApiSettings
 from pipelines.load import run_load
-from sandbox.testing import SandboxProcess
+from sandbox.process import SandboxProcess
 
 CLOCK = "2026-11-20T12:00:00Z"
 AS_OF = dt.datetime(2026, 11, 20, 12, tzinfo=dt.UTC)

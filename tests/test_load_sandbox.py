@@ -20,7 +20,7 @@ from pipelines.terminal49.docs import COLUMN_COMMENTS, TABLE_COMMENTS, apply_com
 from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import WarehouseLocked
 from pipelines.write import make_pipeline
-from sandbox.testing import SandboxProcess
+from sandbox.process import SandboxProcess
 
 CLOCK = "2026-11-20T12:00:00Z"
 REPO = Path(__file__).resolve().parents[1]

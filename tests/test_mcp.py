@@ -30,7 +30,7 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from pipelines.analytics import publish_risk
     from pipelines.config import ApiSettings
     from pipelines.load import run_load
-    from sandbox.testing import SandboxProcess
+    from sandbox.process import SandboxProcess
 
     path = tmp_path_factory.mktemp("mcp") / "freetime.duckdb"
     with SandboxProcess(containers=300, seed=24, clock=CLOCK) as sb:

@@ -24,7 +24,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from sandbox.testing import SandboxProcess
+from sandbox.process import SandboxProcess
 
 CLOCK = "2026-11-20T12:00:00Z"
 STATUSES = {

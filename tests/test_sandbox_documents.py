@@ -15,7 +15,8 @@ import pytest
 from conftest import T49
 
 from sandbox.documents import fake_pdf
-from sandbox.testing import SandboxProcess, WebhookReceiver
+from sandbox.process import SandboxProcess
+from sandbox.receiver import WebhookReceiver
 
 EXAMPLE = json.loads((T49 / "webhooks" / "document.extracted.json").read_text())
 

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
-from sandbox.testing import SandboxProcess
+from sandbox.process import SandboxProcess
 
 CLOCK = "2026-11-20T12:00:00Z"
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")

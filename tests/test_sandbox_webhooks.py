@@ -19,7 +19,8 @@ from conftest import T49
 
 from sandbox import refdata as R
 from sandbox.model import Account
-from sandbox.testing import SandboxProcess, WebhookReceiver
+from sandbox.process import SandboxProcess
+from sandbox.receiver import WebhookReceiver
 
 EXAMPLES = T49 / "webhooks"
 CLOCK = "2026-11-20T12:00:00Z"

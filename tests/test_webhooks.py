@@ -365,7 +365,7 @@ def test_an_older_notification_never_overwrites_a_newer_row(paths: tuple[Path, P
 # -- the sandbox: blast, kill and restart, end to end ----------------------------------------
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Any]:
-    from sandbox.testing import SandboxProcess
+    from sandbox.process import SandboxProcess
 
     with SandboxProcess(
         containers=200, webhook_backoff=0.2, webhook_timeout=5, document_delay=0

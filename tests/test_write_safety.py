@@ -29,7 +29,7 @@ from pipelines.config import ApiSettings
 from pipelines.load import TABLES, run_load
 from pipelines.webhooks.inbox import Inbox, parse_notification
 from pipelines.write import writer_lock
-from sandbox.testing import SandboxProcess
+from sandbox.process import SandboxProcess
 from tests.conftest import T49
 
 CLOCK = "2026-11-20T12:00:00Z"

@@ -1,0 +1,1 @@
+"""The sandbox's HTTP endpoints, grouped by resource; ``sandbox.app`` assembles them."""
