@@ -141,7 +141,8 @@ def test_summary_calendar_search_freshness(server: str, warehouse: Path) -> None
     assert by_bl["containers"] and all(c["bill_of_lading_number"] == bl
                                        for c in by_bl["containers"])
     fresh = call(server, "warehouse_freshness").structured_content
-    assert fresh["risk_as_of"] == CLOCK and fresh["containers_fetched_at"]
+    assert fresh["risk_as_of"] == CLOCK and fresh["source"] == "terminal49.freetime_loads"
+    assert fresh["last_full_load"]["kind"] == "full" and fresh["last_incremental_load"] is None
 
 
 def test_search_by_reference_number(server: str, warehouse: Path) -> None:
