@@ -44,6 +44,7 @@ from dlt.pipeline.exceptions import PipelineStepFailed
 
 from pipelines import history
 from pipelines.config import DATASET, resolve_writer_wait, working_folder
+from pipelines.history.views import create_views as create_history_views
 from pipelines.terminal49.client import Terminal49Error
 from pipelines.terminal49.docs import apply_comments
 from pipelines.terminal49.flatten import ColumnTypes
@@ -411,6 +412,7 @@ def publish(
             _publish_load(con, writer, load_id, out)
             out.load_ids.append(load_id)
         apply_comments(con, DATASET)
+        create_history_views(con)
         if finish is not None:
             finish(con)
         con.execute("COMMIT")

@@ -183,3 +183,97 @@ def test_repeated_and_failed_loads_add_nothing(tmp_path: Path) -> None:
     orphans = rows(path, "SELECT count(*) FROM terminal49.history WHERE load_id NOT IN "
                          "(SELECT load_id FROM terminal49.freetime_loads)")
     assert orphans == [(0,)]
+
+
+# -- the views -------------------------------------------------------------------------------
+def view(path: Path, name: str, where: str = "", params: list[Any] | None = None
+         ) -> list[dict[str, Any]]:
+    with duckdb.connect(str(path), read_only=True) as con:
+        cur = con.execute(f"SELECT * FROM terminal49.{name} {where}", params or [])
+        names = [d[0] for d in cur.description or []]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def test_lfd_changes_view(walked: Walk) -> None:
+    got = [
+        (r["source"], r["change"], r["old_lfd"], r["new_lfd"], r["days_moved"], r["how"])
+        for r in view(walked.duckdb_path, "lfd_changes",
+                      "WHERE container_id = ? AND source = 'pickup_lfd_terminal' "
+                      "ORDER BY observed_at", [CONTAINER])
+    ]
+    # posted on 2030-01-11 (Los Angeles) seen by a load; moved a day earlier, seen by a webhook
+    assert got == [
+        ("pickup_lfd_terminal", "posted", None, dt.date(2030, 1, 11), None, "incremental"),
+        ("pickup_lfd_terminal", "moved", dt.date(2030, 1, 11), dt.date(2030, 1, 10), -1,
+         "webhook"),
+    ]
+
+
+def test_free_time_used_view(walked: Walk) -> None:
+    (row,) = view(walked.duckdb_path, "free_time_used", "WHERE container_id = ?", [CONTAINER])
+    utc = dt.UTC
+    assert row["discharged_at"] == dt.datetime(2030, 1, 7, 19, 36, tzinfo=utc)
+    # available from +170h06 (hold cleared); seen by the webhook step at 2030-01-15 00:00
+    assert row["first_available_at"] == dt.datetime(2030, 1, 15, tzinfo=utc)
+    assert (row["lfd_date"], row["lfd_basis"]) == (dt.date(2030, 1, 10), "pickup_lfd_terminal")
+    # discharged 2030-01-07 11:36 local: free days 01-08 .. 01-10
+    assert (row["free_time_start"], row["free_time_end"], row["free_days"]) == (
+        dt.date(2030, 1, 8), dt.date(2030, 1, 10), 3)
+    assert row["picked_up_at"] == dt.datetime(2030, 1, 16, 20, 5, tzinfo=utc)
+    assert row["empty_returned_at"] == dt.datetime(2030, 1, 26, 12, 11, tzinfo=utc)
+    # charged: 01-11 .. 01-16 (out at 12:05 local on the 16th); under the customs hold and not
+    # available until seen cleared at 2030-01-15 00:00 UTC = 01-14 16:00 local: 01-11 .. 01-14
+    assert (row["days_charged"], row["days_charged_not_available"],
+            row["days_charged_before_first_seen"]) == (6, 4, 0)
+    days = view(walked.duckdb_path, "charged_days", "WHERE container_id = ? ORDER BY day",
+                [CONTAINER])
+    assert [(d["day"].day, d["reasons"]) for d in days] == [
+        (11, "customs hold, not available"), (12, "customs hold, not available"),
+        (13, "customs hold, not available"), (14, "customs hold, not available"),
+        (15, None), (16, None),
+    ]
+
+
+def test_eta_reliability_view_of_the_walk(walked: Walk) -> None:
+    # the sandbox's ETA is exact: first ETA 2030-01-07 13:20 = arrival
+    (row,) = view(walked.duckdb_path, "eta_reliability",
+                  "WHERE carrier_scac = 'EGLV' AND port_locode = 'USTIW'")
+    assert row["arrival_month"] == dt.date(2030, 1, 1)
+    assert (row["mean_delay_days"], row["mean_abs_error_days"]) == (0, 0)
+
+
+def test_eta_reliability_by_hand(tmp_path: Path) -> None:
+    """Crafted history: A's first ETA 2.5 days early, B's half a day late; C was first seen
+    after it arrived (no forecast to judge); D arrived in another month."""
+    from pipelines.history import ensure_table
+    from pipelines.history.views import create_views
+
+    path = tmp_path / "eta.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE SCHEMA terminal49")
+        con.execute("CREATE TABLE terminal49.containers (id VARCHAR, number VARCHAR, "
+                    "pod_timezone VARCHAR)")
+        con.execute("CREATE TABLE terminal49.shipments (id VARCHAR, shipping_line_scac VARCHAR, "
+                    "port_of_discharge_locode VARCHAR, pod_ata_at TIMESTAMPTZ)")
+        con.execute("INSERT INTO terminal49.shipments VALUES "
+                    "('A', 'MAEU', 'USNYC', '2030-02-03 12:00:00+00'), "
+                    "('B', 'MAEU', 'USNYC', '2030-02-09 12:00:00+00'), "
+                    "('C', 'MAEU', 'USNYC', '2030-02-05 00:00:00+00'), "
+                    "('D', 'MAEU', 'USNYC', '2030-03-02 00:00:00+00')")
+        ensure_table(con)
+        for sid, old, new, seen in [
+            ("A", None, "2030-02-01T00:00:00Z", "2030-01-20"),
+            ("A", "2030-02-01T00:00:00Z", "2030-02-03T00:00:00Z", "2030-01-30"),
+            ("B", None, "2030-02-10T00:00:00Z", "2030-01-25"),
+            ("C", None, "2030-02-05T00:00:00Z", "2030-02-06"),
+            ("D", None, "2030-03-01T00:00:00Z", "2030-02-20"),
+        ]:
+            con.execute("INSERT INTO terminal49.history VALUES ('shipment', ?, 'pod_eta_at', ?, "
+                        "?, ?, NULL, 'full', NULL, 'l1')", [sid, old, new, seen])
+        create_views(con)
+    got = view(tmp_path / "eta.duckdb", "eta_reliability", "ORDER BY arrival_month")
+    assert [(r["arrival_month"], r["shipments"], r["mean_delay_days"], r["mean_abs_error_days"],
+             r["share_within_1_day"]) for r in got] == [
+        (dt.date(2030, 2, 1), 2, 1.0, 1.5, 0.5),
+        (dt.date(2030, 3, 1), 1, 1.0, 1.0, 1.0),
+    ]
