@@ -277,3 +277,35 @@ def test_eta_reliability_by_hand(tmp_path: Path) -> None:
         (dt.date(2030, 2, 1), 2, 1.0, 1.5, 0.5),
         (dt.date(2030, 3, 1), 1, 1.0, 1.0, 1.0),
     ]
+
+
+def test_binding_lfd_changes_are_recorded_after_a_risk_run(tmp_path: Path) -> None:
+    """Crafted risk runs: the binding LFD posted, unchanged, then moved two days later by the
+    POD facility; each change once, with its basis, in lfd_changes."""
+    from pipelines.history import record_binding
+    from pipelines.history.views import create_views
+
+    path = tmp_path / "b.duckdb"
+    runs = [
+        ("r1", "2030-01-01", "2030-01-10", "pickup_lfd_terminal"),
+        ("r2", "2030-01-02", "2030-01-10", "pickup_lfd_terminal"),
+        ("r3", "2030-01-03", "2030-01-12", "pod_facility"),
+    ]
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE SCHEMA terminal49")
+        con.execute("CREATE SCHEMA analytics")
+        con.execute("CREATE TABLE terminal49.containers AS SELECT 'c1' AS id, "
+                    "'ABCU1234567' AS number, 'America/New_York' AS pod_timezone")
+        added = []
+        for run_id, at, lfd, source in runs:
+            con.execute("CREATE OR REPLACE TABLE analytics.demurrage_risk AS SELECT 'c1' AS "
+                        "container_id, CAST(? AS DATE) AS lfd_date, ? AS lfd_source", [lfd, source])
+            added.append(record_binding(con, run_id, dt.datetime.fromisoformat(at + "T00:00Z")))
+        create_views(con)
+    assert added == [2, 0, 2]
+    got = view(path, "lfd_changes", "WHERE source = 'lfd_binding' ORDER BY observed_at")
+    assert [(r["change"], r["old_lfd"], r["new_lfd"], r["days_moved"], r["binding_basis"],
+             r["how"]) for r in got] == [
+        ("posted", None, dt.date(2030, 1, 10), None, "pickup_lfd_terminal", "risk"),
+        ("moved", dt.date(2030, 1, 10), dt.date(2030, 1, 12), 2, "pod_facility", "risk"),
+    ]

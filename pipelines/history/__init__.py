@@ -200,3 +200,48 @@ def record_children(
 def _count(cur: duckdb.DuckDBPyConnection) -> int:
     row = cur.fetchone()
     return int(row[0]) if row and row[0] is not None else 0
+
+
+#: History fields of the binding LFD, a risk output (:func:`record_binding`).
+BINDING_FIELD, BINDING_BASIS_FIELD = "lfd_binding", "binding_basis"
+
+
+def record_binding(
+    con: duckdb.DuckDBPyConnection, run_id: str, observed_at: dt.datetime | None = None
+) -> int:
+    """Append the changes of the binding LFD of ``analytics.demurrage_risk`` (``lfd_date`` as
+    field ``lfd_binding``, ``lfd_source`` as ``binding_basis``) against the last values history
+    holds; ``how`` is ``risk`` and ``load_id`` is ``run_id``. Call it after the risk table is
+    published, in the same transaction when there is one. Returns rows appended (0 without a
+    risk table)."""
+    cols = {
+        r[0]
+        for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'analytics' "
+            "AND table_name = 'demurrage_risk'"
+        ).fetchall()
+    }
+    if not {"container_id", "lfd_date", "lfd_source"} <= cols:
+        return 0
+    ensure_table(con)
+    h = f"{q(DATASET)}.{HISTORY_TABLE}"
+    sql = f"""
+        INSERT INTO {h}
+        WITH now AS (
+            SELECT container_id AS id, unnest([
+                {{'field': '{BINDING_FIELD}', 'new': CAST(CAST(lfd_date AS DATE) AS VARCHAR)}},
+                {{'field': '{BINDING_BASIS_FIELD}', 'new': CAST(lfd_source AS VARCHAR)}}
+            ], recursive := true)
+            FROM analytics.demurrage_risk
+        ), last AS (
+            SELECT entity_id AS id, field, arg_max(new_value, observed_at) AS old
+            FROM {h} WHERE entity = 'container'
+              AND field IN ('{BINDING_FIELD}', '{BINDING_BASIS_FIELD}')
+            GROUP BY ALL
+        )
+        SELECT 'container', now.id, now.field, last.old, now.new, coalesce(?, now()), now(),
+               'risk', NULL, ?
+        FROM now LEFT JOIN last ON last.id = now.id AND last.field = now.field
+        WHERE last.old IS DISTINCT FROM now.new AND (last.id IS NOT NULL OR now.new IS NOT NULL)
+    """
+    return _count(con.execute(sql, [observed_at, run_id]))

@@ -3,6 +3,7 @@
 - ``terminal49.lfd_changes``: one row per posting, move or withdrawal of an LFD of a container,
   per source (the column: ``pickup_lfd_terminal``, ``pod_lfd_unified``, ...), as local dates,
   with ``days_moved`` (new minus old, NULL unless both are known), when it was seen and how;
+  the binding LFD of the risk run is source ``lfd_binding``, with its ``binding_basis``;
 - ``terminal49.eta_reliability``: per carrier, port of discharge and month of actual arrival,
   the first ETA freetime saw against the actual arrival (shipments seen before they arrived);
 - ``terminal49.charged_days``: one row per day charged (a local day after the LFD up to the day
@@ -102,6 +103,11 @@ def create_views(con: duckdb.DuckDBPyConnection) -> None:
                          {_text_date('h.new_value', zone)}) AS days_moved,
                CASE WHEN h.old_value IS NULL THEN 'posted'
                     WHEN h.new_value IS NULL THEN 'withdrawn' ELSE 'moved' END AS change,
+               CASE WHEN h.field = 'lfd_binding' THEN
+                 (SELECT arg_max(b.new_value, b.observed_at) FROM {h} b
+                  WHERE b.entity = 'container' AND b.entity_id = h.entity_id
+                    AND b.field = 'binding_basis' AND b.observed_at <= h.observed_at)
+               END AS binding_basis,
                h.observed_at, h.how, h.notification_id
         FROM {h} h LEFT JOIN {D}.containers c ON c.id = h.entity_id
         WHERE h.entity = 'container' AND h.field LIKE '%lfd%'
