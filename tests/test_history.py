@@ -309,3 +309,51 @@ def test_binding_lfd_changes_are_recorded_after_a_risk_run(tmp_path: Path) -> No
         ("posted", None, dt.date(2030, 1, 10), None, "pickup_lfd_terminal", "risk"),
         ("moved", dt.date(2030, 1, 10), dt.date(2030, 1, 12), 2, "pod_facility", "risk"),
     ]
+
+
+def test_lfd_contract_columns_are_tracked_and_the_pod_deadline_binds(tmp_path: Path) -> None:
+    """Columns of the LFD contract (DATE LFDs, pod_lfd_*, has_pod_deadlines, *_wire): tracked
+    by pattern, and with POD deadlines the unified one binds (no fallback)."""
+    from pipelines.history import ensure_table
+    from pipelines.history.views import create_views
+
+    columns = ["id", "pickup_lfd", "pickup_lfd_wire", "pickup_lfd__raw", "import_deadlines",
+               "pod_lfd_line_current", "pod_lfd_unified", "pod_lfd_unified_selection",
+               "pod_lfd_facility_manual", "has_pod_deadlines", "ssl_lfd", "ssl_lfd_wire"]
+    assert tracked_columns("containers", columns) == [
+        "pickup_lfd", "pod_lfd_line_current", "pod_lfd_unified", "pod_lfd_unified_selection",
+        "pod_lfd_facility_manual", "has_pod_deadlines", "ssl_lfd"]
+    path = tmp_path / "pod.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE SCHEMA terminal49")
+        con.execute("""CREATE TABLE terminal49.containers AS SELECT * FROM (VALUES
+            ('c1', 'ABCU1', 'America/New_York', TIMESTAMPTZ '2030-01-02 15:00:00+00',
+             TIMESTAMPTZ '2030-01-10 18:00:00+00', DATE '2030-01-06', true,
+             DATE '2030-01-07', 'facility'),
+            ('c2', 'ABCU2', 'America/New_York', TIMESTAMPTZ '2030-01-02 15:00:00+00',
+             TIMESTAMPTZ '2030-01-10 18:00:00+00', DATE '2030-01-06', true, NULL, NULL),
+            ('c3', 'ABCU3', 'America/New_York', TIMESTAMPTZ '2030-01-02 15:00:00+00',
+             TIMESTAMPTZ '2030-01-10 18:00:00+00', DATE '2030-01-06', false, NULL, NULL))
+            t(id, number, pod_timezone, pod_discharged_at, pod_full_out_at, pickup_lfd_terminal,
+              has_pod_deadlines, pod_lfd_unified, pod_lfd_unified_selection)""")
+        ensure_table(con)
+        con.execute("""INSERT INTO terminal49.history VALUES
+            ('container', 'c1', 'current_status', NULL, 'available',
+             '2030-01-01 00:00:00+00', NULL, 'full', NULL, 'l1'),
+            ('container', 'c1', 'pod_lfd_unified', NULL, '2030-01-06',
+             '2030-01-03 00:00:00+00', NULL, 'incremental', NULL, 'l2'),
+            ('container', 'c1', 'pod_lfd_unified_selection', NULL, 'facility',
+             '2030-01-03 00:00:00+00', NULL, 'incremental', NULL, 'l2'),
+            ('container', 'c1', 'pod_lfd_unified', '2030-01-06', '2030-01-07',
+             '2030-01-05 00:00:00+00', NULL, 'webhook', 'n1', 'l3')""")
+        create_views(con)
+    got = {r["container_id"]: (r["lfd_date"], r["lfd_basis"], r["days_charged"])
+           for r in view(path, "free_time_used")}
+    # out 2030-01-10 13:00 New York: c1 charged 01-08 .. 01-10; c2's POD deadline is unknown,
+    # so nothing is charged (no fallback to the terminal's LFD); c3 has no POD deadlines
+    assert got == {"c1": (dt.date(2030, 1, 7), "pod_facility", 3),
+                   "c2": (None, "pod_unified", 0),
+                   "c3": (dt.date(2030, 1, 6), "pickup_lfd_terminal", 4)}
+    moves = [(r["source"], r["change"], r["days_moved"]) for r in
+             view(path, "lfd_changes", "ORDER BY observed_at")]
+    assert moves == [("pod_lfd_unified", "posted", None), ("pod_lfd_unified", "moved", 1)]

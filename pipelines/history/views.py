@@ -3,7 +3,8 @@
 - ``terminal49.lfd_changes``: one row per posting, move or withdrawal of an LFD of a container,
   per source (the column: ``pickup_lfd_terminal``, ``pod_lfd_unified``, ...), as local dates,
   with ``days_moved`` (new minus old, NULL unless both are known), when it was seen and how;
-  the binding LFD of the risk run is source ``lfd_binding``, with its ``binding_basis``;
+  the binding LFD of the risk run is source ``lfd_binding``, with its ``binding_basis`` (the
+  ``pod_lfd_*_selection`` and ``*_manual`` fields are in history, not in this view);
 - ``terminal49.eta_reliability``: per carrier, port of discharge and month of actual arrival,
   the first ETA freetime saw against the actual arrival (shipments seen before they arrived);
 - ``terminal49.charged_days``: one row per day charged (a local day after the LFD up to the day
@@ -111,6 +112,7 @@ def create_views(con: duckdb.DuckDBPyConnection) -> None:
                h.observed_at, h.how, h.notification_id
         FROM {h} h LEFT JOIN {D}.containers c ON c.id = h.entity_id
         WHERE h.entity = 'container' AND h.field LIKE '%lfd%'
+          AND NOT (ends_with(h.field, '_selection') OR ends_with(h.field, '_manual'))
     """)
     lfd, basis = _binding(cols)
     pz = f"coalesce({col('pod_timezone')}, 'UTC')"
