@@ -6,6 +6,7 @@ import typer
 
 from freetime_cli import (
     documents_cmd,
+    evidence_cmd,
     load_cmd,
     mcp_cmd,
     report_cmd,
@@ -27,6 +28,7 @@ app.add_typer(sandbox_cli.app, name="sandbox", help="The local Terminal49 sandbo
 app.command("load")(load_cmd.load)
 app.command("risk")(risk_cmd.risk)
 app.command("report")(report_cmd.report)
+app.command("evidence")(evidence_cmd.evidence)
 app.command("run")(run_cmd.run)
 app.command("serve")(serve_cmd.serve)
 app.add_typer(webhooks_cmd.app, name="webhooks", help="Receive and apply Terminal49 webhooks.")

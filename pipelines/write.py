@@ -42,7 +42,9 @@ from dlt.common.storages import LoadStorage
 from dlt.destinations.impl.duckdb.configuration import DuckDbCredentials
 from dlt.pipeline.exceptions import PipelineStepFailed
 
+from pipelines import history
 from pipelines.config import DATASET, resolve_writer_wait, working_folder
+from pipelines.history.views import create_views as create_history_views
 from pipelines.terminal49.client import Terminal49Error
 from pipelines.terminal49.docs import apply_comments
 from pipelines.terminal49.flatten import ColumnTypes
@@ -105,7 +107,8 @@ MERGES: dict[str, Merge] = {
 }
 #: What a complete full scan of a list may remove: table -> the child tables that go with it.
 LISTED = {"containers": ("container_holds", "container_fees"), "shipments": ()}
-_NOT_PUBLISHED = ("_deleted",)  # placeholder marks: they never reach terminal49
+#: placeholder marks and what only history reads: they never reach terminal49
+_NOT_PUBLISHED = ("_deleted", history.NOTIFICATION_COLUMN, history.OBSERVED_COLUMN)
 
 
 @dataclass
@@ -413,6 +416,7 @@ def publish(
             _publish_load(con, writer, load_id, out)
             out.load_ids.append(load_id)
         apply_comments(con, DATASET)
+        create_history_views(con)
         if finish is not None:
             finish(con)
         con.execute("COMMIT")
@@ -440,9 +444,10 @@ def _publish_load(
     present = table_names(con, inc)
     scan = _scan_info(con, inc, load_id) if SCAN_TABLE in present else None
     before = (dict(out.written), dict(out.skipped), dict(out.removed))
+    ctx = _history_context(writer, load_id, scan)
     for table, rule in MERGES.items():
         if table in present:
-            _merge_table(con, inc, table, rule, load_id, out)
+            _merge_table(con, inc, table, rule, load_id, out, ctx)
     if scan is not None:
         for listed, children in LISTED.items():
             if listed in scan.complete_lists and listed in present:
@@ -469,6 +474,16 @@ def _publish_load(
             delta(out.removed, before[2]),
         ],
     )
+
+
+def _history_context(writer: str, load_id: str, scan: ScanInfo | None) -> history.Context:
+    """How history records this load: its kind, and the API's clock against ours."""
+    if scan is None:
+        return history.Context(load_id, "webhook" if writer == "webhooks" else writer)
+    offset = (
+        scan.api_started_at - scan.started_at if scan.api_started_at else dt.timedelta(0)
+    )
+    return history.Context(load_id, scan.kind, offset)
 
 
 def _scan_info(con: duckdb.DuckDBPyConnection, inc: str, load_id: str) -> ScanInfo | None:
@@ -517,6 +532,7 @@ def _merge_table(
     rule: Merge,
     load_id: str,
     out: Published,
+    ctx: history.Context | None = None,
 ) -> None:
     incoming = _columns(con, inc, table)
     _align_target(con, table, incoming)
@@ -534,8 +550,10 @@ def _merge_table(
     )
     _define_new(con, src, load_id)
     if rule.parent is not None:
-        _merge_children(con, table, rule, src, dst, load_id, incoming, out)
+        _merge_children(con, table, rule, src, dst, load_id, incoming, out, ctx)
         return
+    if ctx is not None:
+        history.record_rows(con, table, incoming, ctx)
     on = " AND ".join(f"t.{_q(k)} = n.{_q(k)}" for k in rule.key)
     newer = f"t.{version} > n.{version}" if rule.version else "false"
     skipped = _count(con, f"SELECT count(*) FROM _new n WHERE EXISTS "
@@ -560,6 +578,7 @@ def _merge_children(
     load_id: str,
     incoming: Mapping[str, str],
     out: Published,
+    ctx: history.Context | None = None,
 ) -> None:
     """Replace the children of every container whose newest fetch this load holds, unless the
     warehouse holds a newer version of that container (or of its children)."""
@@ -588,6 +607,8 @@ def _merge_children(
     )
     kept = _count(con, "SELECT count(*) FROM _owners")
     owners = _count(con, f"SELECT count(DISTINCT {pk}) FROM _new")
+    if ctx is not None:
+        history.record_children(con, table, incoming, ctx)
     con.execute(f"DELETE FROM {dst} t USING _owners o WHERE t.{pk} = o.owner")
     cols = ", ".join(_q(c) for c in incoming if c not in _NOT_PUBLISHED)
     real = "NOT coalesce(n._deleted, false)" if "_deleted" in incoming else "true"

@@ -46,6 +46,7 @@ import orjson
 import pyarrow as pa
 from dlt.sources import DltResource
 
+from pipelines import history
 from pipelines.config import resolve_duckdb_path
 from pipelines.terminal49 import TABLE_HINTS, column_hints, flatten, settings
 from pipelines.terminal49.client import ApiError, Terminal49Client, Terminal49Error
@@ -201,6 +202,7 @@ class _Batch:
         self.unidentified: list[str] = []  # container events naming no container
         self.has_container: set[str] = set()
         self.malformed: list[str] = []
+        self.created: dict[str, dt.datetime | None] = {}  # notification id -> its created_at
 
     def offer(self, resource: dict[str, Any], at: dt.datetime, notification_id: str | None) -> None:
         kind, rid = resource.get("type"), resource.get("id")
@@ -226,6 +228,7 @@ class _Batch:
         ref = _rel(data, "reference_object")
         ref_obj = by_key.get(ref) if ref else None
         event = str(attrs.get("event"))
+        self.created[row.id] = created
 
         # container.updated: lay the changeset over the included container, keep each change
         if ref_obj is not None and ref_obj.get("type") == "container_updated_event":
@@ -315,6 +318,17 @@ class _Batch:
         )
 
     # -- flattening ----------------------------------------------------------------------------
+    def _for_history(
+        self, table: pa.Table, recs: Sequence[tuple[dt.datetime, dict[str, Any], str | None]]
+    ) -> pa.Table:
+        """``table`` with the columns history reads (never published): the notification each
+        row came from, and when the API produced it."""
+        nids = [n for _, _, n in recs]
+        created = [self.created.get(n) if n else None for n in nids]
+        return table.append_column(
+            history.NOTIFICATION_COLUMN, pa.array(nids, pa.string())
+        ).append_column(history.OBSERVED_COLUMN, pa.array(created, TS))
+
     def tables(self) -> dict[str, pa.Table]:
         by_table: dict[str, list[tuple[dt.datetime, dict[str, Any], str | None]]] = {}
         for (kind, _), rec in self.records.items():
@@ -325,12 +339,17 @@ class _Batch:
             resources = [r for _, r, _ in recs]
             stamps = pa.array([at for at, _, _ in recs], TS)
             if table == "containers":
-                flat = flatten.containers_table(resources, epoch)
+                flat = self._for_history(flatten.containers_table(resources, epoch), recs)
                 # each container's holds and fees carry that container's instant
-                out["container_holds"] = flatten.holds_table(resources, stamps)
-                out["container_fees"] = flatten.fees_table(resources, stamps)
+                rec_of = {str(r["id"]): rec for rec, r in zip(recs, resources, strict=True)}
+                for child, rows in (
+                    ("container_holds", flatten.holds_table(resources, stamps)),
+                    ("container_fees", flatten.fees_table(resources, stamps)),
+                ):
+                    of_row = [rec_of[c] for c in rows.column("container_id").to_pylist()]
+                    out[child] = self._for_history(rows, of_row)
             elif table == "shipments":
-                flat = flatten.shipments_table(resources, epoch)
+                flat = self._for_history(flatten.shipments_table(resources, epoch), recs)
             elif table == "terminals":
                 flat = flatten.terminals_table(resources, epoch)
             elif table == "ports":
@@ -547,7 +566,9 @@ def _apply_rows(
     if client is not None and batch.to_refresh:
         refreshed, missing = _refresh(client, sorted(batch.to_refresh))
         for at, r in refreshed:
-            batch.offer(r, at, None)
+            # a container refreshed for a notification is recorded as seen through it
+            nid = batch.to_refresh.get(str(r.get("id"))) if r.get("type") == "container" else None
+            batch.offer(r, at, nid)
         summary.refreshed += len(batch.to_refresh) - len(missing)
         summary.unresolved += [batch.to_refresh[c] for c in missing]
     elif batch.to_refresh:

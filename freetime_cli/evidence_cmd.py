@@ -1,0 +1,49 @@
+"""`freetime evidence`: per container, the facts a demurrage dispute needs (HTML and CSV)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from freetime_cli._common import DuckDbOption, console, fail
+
+
+def evidence(
+    containers: Annotated[
+        list[str], typer.Argument(help="Container numbers (or ids).", show_default=False)
+    ],
+    duckdb: DuckDbOption = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="HTML file to write (its CSV beside it); with several containers, each is "
+            "written as <stem>-<number>.html. Default data/evidence/<number>.html.",
+        ),
+    ] = None,
+    tariffs: Annotated[
+        str | None, typer.Option("--tariffs", help="Tariff CSV (default data/tariffs.csv).")
+    ] = None,
+) -> None:
+    """Write the evidence of each container: free time, days charged with their rates, and
+    the timeline of availability, holds, LFDs, appointments, pickup and empty return."""
+    from pipelines.analytics import TariffError
+    from pipelines.config import default_duckdb_path
+    from pipelines.history.evidence import EvidenceError, write_evidence
+    from pipelines.warehouse import WarehouseError, WarehouseMissing
+
+    path = duckdb or default_duckdb_path()
+    try:
+        if out is not None and out.is_dir():
+            raise ValueError(f"--out {out} is a directory; give a file name such as box.html")
+        if not path.exists():
+            raise WarehouseMissing(f"no warehouse at {path}: run `freetime load` first")
+        written = write_evidence(path, containers, out, tariffs)
+    except (EvidenceError, ValueError, TariffError, WarehouseError) as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot write the evidence: {exc.strerror or exc}: {exc.filename or out}")
+    for page, sheet in written:
+        console.print(f"evidence: wrote {page} and {sheet}", highlight=False)

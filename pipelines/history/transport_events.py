@@ -1,0 +1,155 @@
+"""Transport events from the API for the containers that need them, within the rate limit.
+
+Contract of :func:`fetch_transport_events`:
+- **which containers**: those whose milestones (:data:`MILESTONES`) changed in a load or
+  webhook published since the previous fetch and that freetime knew before that change (a
+  first sighting is no change: the first full load of an account asks for nothing), plus the
+  containers the published risk run marks overdue or high; at most ``max_containers``, so a
+  run never asks for every container of the account;
+- one ``GET /containers/{id}/transport_events`` per container through the rate-limited
+  client; a container the API no longer knows (404) is skipped;
+- the events are merged into ``terminal49.transport_events`` (the table the
+  ``container.transport.*`` webhooks fill) by id, the newest fetch winning: an event the API
+  has since invalidated keeps its row, with ``invalidated_at`` set; ``previous_version_id``
+  links a corrected event to the one it replaces;
+- written by :func:`pipelines.write.write` as writer ``events``: one transaction, recorded in
+  ``terminal49.freetime_loads``, which is also how the next run knows where to start.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dlt
+import pyarrow as pa
+from dlt.sources import DltResource
+
+from pipelines.config import DATASET
+from pipelines.history import HISTORY_TABLE, q
+from pipelines.terminal49 import flatten, settings
+from pipelines.terminal49.client import ApiError, Terminal49Client
+from pipelines.warehouse import reading, table_names
+from pipelines.webhooks.apply import (
+    TRANSPORT_EVENT_ATTRIBUTES,
+    TRANSPORT_EVENT_RELATIONSHIPS,
+    WEBHOOK_TABLE_HINTS,
+)
+from pipelines.write import LOADS_TABLE, write, writer_lock
+
+WRITER = "events"
+MAX_CONTAINERS = 200
+MILESTONES = (
+    "current_status",
+    "pod_arrived_at",
+    "pod_discharged_at",
+    "pod_full_out_at",
+    "final_destination_full_out_at",
+    "empty_terminated_at",
+)
+AT_RISK = ("overdue", "high")
+
+
+@dataclass
+class EventsSummary:
+    containers: int = 0
+    requests: int = 0
+    events: int = 0
+    missing: int = 0
+
+
+def containers_needing_events(path: Path, max_containers: int = MAX_CONTAINERS) -> list[str]:
+    """The ids to ask events for (see the module docstring), most recently changed first."""
+    if not path.exists():
+        return []
+    with reading(path) as con:
+        present = table_names(con, DATASET)
+        if HISTORY_TABLE not in present or LOADS_TABLE not in present:
+            return []
+        d = q(DATASET)
+        fields = ", ".join(f"'{f}'" for f in MILESTONES)
+        changed = con.execute(
+            f"""
+            WITH loads AS (SELECT load_id, published_at FROM {d}.{LOADS_TABLE}),
+            since AS (SELECT coalesce(max(published_at), TIMESTAMPTZ '1970-01-01')
+                      FROM {d}.{LOADS_TABLE} WHERE writer = '{WRITER}')
+            SELECT h.entity_id, max(l.published_at) AS changed_at
+            FROM {d}.{HISTORY_TABLE} h JOIN loads l USING (load_id)
+            WHERE h.entity = 'container' AND h.field IN ({fields})
+              AND l.published_at > (SELECT * FROM since)
+              AND h.old_value IS NOT NULL
+            GROUP BY h.entity_id ORDER BY changed_at DESC, h.entity_id LIMIT ?
+            """,
+            [max_containers],
+        ).fetchall()
+        ids = [r[0] for r in changed]
+        risky: list[str] = []
+        cols = {
+            r[0]
+            for r in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'analytics' "
+                "AND table_name = 'demurrage_risk'"
+            ).fetchall()
+        }
+        if {"container_id", "risk_level"} <= cols:
+            levels = ", ".join(f"'{x}'" for x in AT_RISK)
+            risky = [
+                r[0]
+                for r in con.execute(
+                    "SELECT container_id FROM analytics.demurrage_risk "
+                    f"WHERE risk_level IN ({levels}) ORDER BY container_id"
+                ).fetchall()
+            ]
+    out = list(dict.fromkeys([*ids, *risky]))
+    return out[:max_containers]
+
+
+def events_table(resources: list[dict[str, Any]], fetched_at: dt.datetime) -> pa.Table:
+    """Transport event resources as rows of ``terminal49.transport_events``."""
+    cols = flatten._resource_columns(
+        resources, TRANSPORT_EVENT_ATTRIBUTES, TRANSPORT_EVENT_RELATIONSHIPS,
+        derived=["notification_id"],
+    )
+    cols["notification_id"] = pa.array([None] * len(resources), pa.string())
+    return flatten._table(resources, cols, fetched_at)
+
+
+@dlt.source(name="terminal49_transport_events", max_table_nesting=0)
+def _events_source(table: pa.Table) -> list[DltResource]:
+    def one() -> Iterator[pa.Table]:
+        yield table
+
+    return [dlt.resource(one(), name="transport_events",
+                         **WEBHOOK_TABLE_HINTS["transport_events"])]
+
+
+def fetch_transport_events(
+    path: Path, client: Terminal49Client, *, max_containers: int = MAX_CONTAINERS
+) -> EventsSummary:
+    """Ask the API for the transport events of the containers that need them and merge them
+    into the warehouse. Raises Terminal49Error, LoadFailed, WarehouseLocked, WriterBusy."""
+    summary = EventsSummary()
+    with writer_lock(path, "transport events fetch"):
+        ids = containers_needing_events(path, max_containers)
+        summary.containers = len(ids)
+        resources: list[dict[str, Any]] = []
+        fetched_at = dt.datetime.now(dt.UTC)
+        for cid in ids:
+            summary.requests += 1
+            try:
+                doc = client.get_json(f"{settings.CONTAINERS_PATH}/{cid}/transport_events")
+            except ApiError as exc:
+                if exc.status == 404:
+                    summary.missing += 1
+                    continue
+                raise
+            resources += [r for r in doc.get("data") or [] if isinstance(r, dict)]
+        if not ids:
+            return summary
+        summary.events = len(resources)
+        # an empty batch is still written: it records the fetch, where the next one starts
+        write(WRITER, _events_source(events_table(resources, fetched_at)), path)
+    return summary

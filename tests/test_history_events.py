@@ -1,0 +1,62 @@
+"""Transport events from the API, only for the containers that need them (real sandbox)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from pipelines.config import ApiSettings
+from pipelines.history.transport_events import containers_needing_events, fetch_transport_events
+from pipelines.load import run_load
+from pipelines.terminal49.client import Terminal49Client
+from sandbox.testing import SandboxProcess
+
+
+def rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    with duckdb.connect(str(path), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def test_events_are_asked_for_changed_containers_only(tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    with SandboxProcess(containers=60, seed=11, clock="2030-05-01T00:00:00Z") as sb:
+        api = ApiSettings.resolve(
+            base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100_000
+        )
+        client = Terminal49Client(api.base_url, api.api_key or "", rate_limit_per_minute=None)
+        with client:
+            run_load(path, api, full=True)
+            # a first sighting is no change: nothing to ask for
+            assert containers_needing_events(path) == []
+            assert fetch_transport_events(path, client).requests == 0
+            sb.advance(hours=96)
+            run_load(path, api)
+            changed = {
+                r[0]
+                for r in rows(path, "SELECT DISTINCT entity_id FROM terminal49.history "
+                                    "WHERE field = 'current_status' AND old_value IS NOT NULL")
+            }
+            assert changed
+            sb.reset_stats()
+            summary = fetch_transport_events(path, client)
+            asked = set(containers_needing_events(path, 10_000))
+            assert summary.requests == summary.containers >= len(changed)
+            assert summary.containers < 60  # never the whole account
+            assert sb.stats()["requests"] == summary.requests
+            # the warehouse holds exactly what the API lists for each container asked for
+            truth: dict[str, set[tuple[str, Any]]] = {}
+            stored = rows(path, "SELECT container_id, id, invalidated_at IS NOT NULL "
+                                "FROM terminal49.transport_events")
+            for cid in changed:
+                doc = client.get_json(f"/containers/{cid}/transport_events")
+                truth[cid] = {(e["id"], e["attributes"]["invalidated_at"] is not None)
+                              for e in doc["data"]}
+            got: dict[str, set[tuple[str, Any]]] = {}
+            for cid, eid, inv in stored:
+                got.setdefault(cid, set()).add((eid, inv))
+            assert {c: got.get(c, set()) for c in changed} == truth
+            # nothing changed since: the next run asks for nothing
+            assert asked == set()
+            assert fetch_transport_events(path, client).requests == 0
