@@ -30,7 +30,7 @@ from freetime_cli._common import quiet_logging
 from pipelines import history
 from pipelines.config import ApiSettings
 from pipelines.load import run_load
-from sandbox.testing import SandboxProcess
+from sandbox.process import SandboxProcess
 
 CLOCK = "2026-11-20T12:00:00Z"
 _publish = write_module.publish

@@ -31,7 +31,8 @@ from pipelines.load import run_load
 from pipelines.terminal49.client import Terminal49Client
 from pipelines.webhooks.apply import apply_inbox
 from pipelines.webhooks.inbox import Inbox, notification_from_doc
-from sandbox.testing import SandboxProcess, WebhookReceiver
+from sandbox.process import SandboxProcess
+from sandbox.receiver import WebhookReceiver
 
 SEED, CONTAINERS = 43, 120
 START = dt.datetime(2030, 1, 7, 12, tzinfo=dt.UTC)

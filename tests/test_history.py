@@ -21,7 +21,7 @@ from pipelines.load import run_load  # noqa: E402
 from pipelines.webhooks.apply import apply_inbox  # noqa: E402
 from pipelines.webhooks.inbox import Inbox, notification_from_doc  # noqa: E402
 from pipelines.write import LoadFailed  # noqa: E402
-from sandbox.testing import SandboxProcess  # noqa: E402
+from sandbox.process import SandboxProcess  # noqa: E402
 
 
 @pytest.fixture(scope="module")

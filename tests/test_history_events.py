@@ -11,7 +11,7 @@ from pipelines.config import ApiSettings
 from pipelines.history.transport_events import containers_needing_events, fetch_transport_events
 from pipelines.load import run_load
 from pipelines.terminal49.client import Terminal49Client
-from sandbox.testing import SandboxProcess
+from sandbox.process import SandboxProcess
 
 
 def rows(path: Path, sql: str) -> list[tuple[Any, ...]]:

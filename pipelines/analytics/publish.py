@@ -30,6 +30,7 @@ from pipelines.analytics.tariffs import load_tariffs
 from pipelines.config import ANALYTICS_SCHEMA as A
 from pipelines.config import DATASET as T
 from pipelines.config import resolve_duckdb_path
+from pipelines.history import record_binding
 from pipelines.warehouse import WarehouseError, WarehouseMissing, reading, writing
 
 URGENCY_ORDER = (
@@ -403,6 +404,8 @@ def publish_risk(
             con.execute(f"CREATE OR REPLACE TABLE {A}.demurrage_risk AS SELECT * FROM _risk_new")
             for sql in _sql_views(con):
                 con.execute(sql)
+            # a move of the binding LFD is history too (pipelines.history)
+            record_binding(con, f"risk-{as_of.isoformat()}", as_of)
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")
