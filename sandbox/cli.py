@@ -68,6 +68,9 @@ def serve(
     active_share: float | None = typer.Option(
         None, help="Share (0..1) of ACTIVE shipments; the rest are SETTLED (delivered and "
                    "empty-returned 30-400 days ago, never changing). Default: the usual mix."),
+    pod_deadlines: bool = typer.Option(
+        True, "--pod-deadlines/--no-pod-deadlines",
+        help="Send import_deadlines.pod on the newer containers, as the live API does."),
 ) -> None:
     """Serve a synthetic Terminal49 account over HTTP."""
     from sandbox.faults import FaultSpec, FaultSpecError
@@ -102,7 +105,8 @@ def serve(
     from sandbox.model import Account
     from sandbox.state import SandboxState
 
-    account = Account.generate(containers, seed, clock_ts, active_share=active_share)
+    account = Account.generate(containers, seed, clock_ts, active_share=active_share,
+                               pod_deadlines=pod_deadlines)
     # The account is long-lived: keep the cyclic GC from re-scanning it on every collection.
     gc.collect()
     gc.freeze()

@@ -381,16 +381,17 @@ class Account:
     # ---- generation ---------------------------------------------------------------------------
     @classmethod
     def generate(cls, n_containers: int, seed: int, clock: int,
-                 active_share: float | None = None) -> Account:
+                 active_share: float | None = None, pod_deadlines: bool = True) -> Account:
         """Generate an account of about ``n_containers`` containers (exactly that many).
 
         ``active_share`` None keeps the default status mix. A share in [0, 1] makes that share
         of shipments ACTIVE (the default mix) and the rest SETTLED: delivered and empty-returned
         30 to 400 days before ``clock``, with no change point after it (they never change).
         New shipments then arrive at ``active_share`` times the default rate.
+        ``pod_deadlines`` False serves no container the newer ``import_deadlines.pod``.
         """
         acct = cls(seed=seed, clock=clock, active_share=active_share,
-                   pod_since=clock - POD_SINCE_DAYS * DAY)
+                   pod_since=clock - POD_SINCE_DAYS * DAY if pod_deadlines else W.NEVER)
         rng = random.Random(seed)
         n_cust = _ri(rng, 12, 24)
         acct.customers = tuple(rng.sample(R.CUSTOMERS, n_cust))

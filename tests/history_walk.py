@@ -9,9 +9,10 @@ moved one day earlier at +78h03, pickup appointment at +222h10 (shown from +174h
 ``created_at`` lies after the machine's clock (a webhook row is then stamped when received,
 and real order decides between a webhook and a load, as in production).
 
-The sandbox answers with the machine's ``Date``; :class:`ApiClock` (the client's injectable
-transport, a seam we own) rewrites it to the sandbox's clock, as the live API's own clock
-would read, so that a load's ``observed_at`` follows the walked clock.
+The book is served without ``import_deadlines.pod`` (the walk follows the terminal's LFD; the
+POD deadline has tests of its own). :class:`ApiClock` (the client's injectable transport, a seam
+we own) sets each answer's ``Date`` to the walked clock, as the live API's own clock would read,
+so that a load's ``observed_at`` follows it.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def walk(tmp: Path) -> Walk:
     out = Walk(path)
     clock = ApiClock(START)
     with (
-        SandboxProcess(containers=CONTAINERS, seed=SEED, clock=START.isoformat()) as sb,
+        SandboxProcess(containers=CONTAINERS, seed=SEED, clock=START.isoformat(),
+                       extra_args=["--no-pod-deadlines"]) as sb,
         WebhookReceiver() as rx,
     ):
         api = ApiSettings.resolve(

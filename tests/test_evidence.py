@@ -90,7 +90,7 @@ def test_evidence_lists_the_dates_and_the_days_charged(page: Path) -> None:
                  "full out (picked up)", "empty returned", "status"):
         assert what in whats, what
     moved = [t for t in timeline if t[1] == "LFD (pickup_lfd_terminal)"][-1]
-    assert (moved[2], moved[3]) == ("2030-01-11T08:00:00Z", "2030-01-10T08:00:00Z")
+    assert (moved[2], moved[3]) == ("2030-01-11", "2030-01-10")  # LFD columns are DATEs
     assert moved[4].startswith("webhook ")
     assert "what happened before (holds, availability, LFDs reported earlier) is not known" in html
 
