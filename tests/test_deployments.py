@@ -17,9 +17,10 @@ import pytest
 from flows.deployments import PREFECT_YAML, DeploymentConfigError, read_deployments
 
 REPO = Path(__file__).resolve().parents[1]
+# deployment -> (flow, cron, parameters): one `sync` flow, hourly, and nightly with full=True
 EXPECTED = {
-    "freetime-sync": ("sync", "0 * * * *"),
-    "freetime-reconcile": ("reconcile", "30 2 * * *"),
+    "freetime-sync": ("sync", "0 * * * *", {}),
+    "freetime-reconcile": ("sync", "30 2 * * *", {"full": True}),
 }
 
 
@@ -35,13 +36,14 @@ def test_prefect_yaml_passes_prefects_own_validation() -> None:
 def test_deployments_load_with_schedules_and_limit() -> None:
     specs = {s.name: s for s in read_deployments()}
     assert set(specs) == set(EXPECTED)
-    for name, (flow_name, cron) in EXPECTED.items():
+    for name, (flow_name, cron, parameters) in EXPECTED.items():
         spec = specs[name]
-        assert spec.load_flow().name == flow_name
+        assert spec.load_flow().name == flow_name and spec.parameters == parameters
         assert [s.cron for s in spec.schedules] == [cron]
         assert spec.concurrency_limit == 1
         deployment = spec.to_runner_deployment()
         assert deployment.name == name and deployment.concurrency_limit == 1
+        assert deployment.parameters == parameters
         assert [s.schedule.cron for s in deployment.schedules] == [cron]  # type: ignore[union-attr]
         assert all(s.active for s in deployment.schedules)
         assert not {"api_key", "key"} & set(inspect.signature(spec.load_flow().fn).parameters)
@@ -69,12 +71,26 @@ def test_bad_deployment_files_are_refused_plainly(
         read_deployments(path)
 
 
+@pytest.mark.parametrize(
+    "where",
+    ["parameters: {fulll: true}", "schedules: [{cron: '0 * * * *', parameters: {base: 1}}]"],
+)
+def test_a_parameter_the_flow_does_not_take_is_refused(tmp_path: Path, where: str) -> None:
+    path = tmp_path / "prefect.yaml"
+    path.write_text(
+        f"deployments:\n  - {{name: x, entrypoint: 'flows/sync.py:sync', {where}}}\n"
+    )
+    (spec,) = read_deployments(path)
+    with pytest.raises(DeploymentConfigError, match="takes no parameter"):
+        spec.to_runner_deployment()
+
+
 def _deployments(client: Any) -> dict[str, Any]:
     """The expected deployments that exist, by name (``flow/deployment`` lookups)."""
     from prefect.exceptions import ObjectNotFound
 
     found = {}
-    for name, (flow_name, _) in EXPECTED.items():
+    for name, (flow_name, _, _) in EXPECTED.items():
         with contextlib.suppress(ObjectNotFound):
             found[name] = client.read_deployment_by_name(f"{flow_name}/{name}")
     return found
@@ -105,9 +121,10 @@ def test_freetime_serve_registers_the_deployments_and_leaves_schedules_active(
             assert proc.poll() is None, proc.communicate()
             found = _deployments(client)
             assert set(found) == set(EXPECTED)
-            for name, (_, cron) in EXPECTED.items():
+            for name, (_, cron, parameters) in EXPECTED.items():
                 d = found[name]
                 assert [s.schedule.cron for s in d.schedules] == [cron]
+                assert d.parameters == parameters
                 assert all(s.active for s in d.schedules) and not d.paused
                 limit = d.global_concurrency_limit
                 assert limit is not None and limit.limit == 1, d
