@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 # Artifact keys: one key per kind, so the UI's Artifacts page shows the latest of each with its
-# history, whichever flow (sync, risk, reconcile) produced it.
+# history, whichever flow (sync, full sync, risk) produced it.
 AT_RISK_KEY = "freetime-at-risk"
 SUMMARY_KEY = "freetime-risk-summary"
 
@@ -163,7 +163,7 @@ def report_link_section(duckdb_path: Path) -> list[str]:
 
 
 def summary_markdown(s: SummaryInput) -> str:
-    """The run's summary: counts per level, exposure by terminal, what changed, (reconcile)."""
+    """The run's summary: counts per level, exposure by terminal, what changed, (full sync)."""
     cur = single_currency(s.at_risk) or single_currency(s.exposure_by_terminal)
     at_risk_n = len(s.at_risk)
     when = s.as_of.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -92,9 +93,21 @@ class DeploymentSpec:
         return obj  # type: ignore[no-any-return]
 
     def to_runner_deployment(self) -> RunnerDeployment:
-        """A deployment for ``prefect.serve`` with this spec's schedules and limit."""
+        """A deployment for ``prefect.serve`` with this spec's schedules and limit.
+
+        Raises DeploymentConfigError when a parameter (of the deployment or of a schedule) is
+        not one the flow takes: Prefect would only refuse it when a run starts.
+        """
+        flow = self.load_flow()
+        accepted = set(inspect.signature(flow.fn).parameters)
+        given = set(self.parameters).union(*(s.parameters for s in self.schedules))
+        if given - accepted:
+            raise DeploymentConfigError(
+                f"deployment {self.name!r}: {self.entrypoint} takes no parameter "
+                f"{sorted(given - accepted)} (it takes {sorted(accepted)})"
+            )
         # to_deployment is async-dispatched: called from sync code it returns the deployment.
-        deployment = self.load_flow().to_deployment(
+        deployment = flow.to_deployment(
             name=self.name,
             description=self.description,
             tags=list(self.tags),

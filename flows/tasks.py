@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.client.base import ServerType
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import (
     GlobalConcurrencyLimitCreate,
@@ -71,14 +71,14 @@ from pipelines.webhooks.inbox import default_inbox_path
 
 # One global concurrency limit guards the warehouse: DuckDB takes one writer process at a time.
 WAREHOUSE_LIMIT = "freetime-warehouse"
-# How long a run waits for another run (e.g. a nightly reconcile) to release the warehouse.
+# How long a run waits for another run (e.g. the nightly full sync) to release the warehouse.
 WAREHOUSE_WAIT_SECONDS = 30 * 60.0
 # How long a run waits for a reader (a notebook, `duckdb` CLI) to let go of the file.
 LOCK_RETRY_SECONDS = 30.0
 # The load's own retries: the client already retries each request 8 times, so these are for a
 # whole scan that failed (API down for minutes, a reader holding the file through the write).
 LOAD_RETRY_DELAYS = [30.0, 120.0]
-# Lists that the reconcile flow checks against the API's meta.total, and their tables.
+# Lists that the full sync checks against the API's meta.total, and their tables.
 RECONCILED_TABLES = {"containers": "containers", "shipments": "shipments"}
 
 
@@ -89,8 +89,6 @@ class WarehouseBusy(Exception):
 # -- the warehouse slot ----------------------------------------------------------------------------
 
 
-# Set by `freetime run` when it started a private, temporary Prefect server for itself.
-PRIVATE_SERVER_ENV = "FREETIME_PRIVATE_PREFECT_SERVER"
 # Lease on the slot, renewed by Prefect while the run lives; kept short so that a server which
 # revokes expired leases (a full `prefect server`) frees the slot of a killed run quickly.
 SLOT_LEASE_SECONDS = 60.0
@@ -106,11 +104,11 @@ def ensure_warehouse_limit(
     ``strict=True`` it raises). So a fresh machine (or a fresh ephemeral server) gets it here;
     an existing limit is left as its owner configured it.
 
-    On a private temporary server (``freetime run`` without ``PREFECT_API_URL``) a taken slot
-    can only be stale: Prefect keeps leases in the server's memory and revokes expired ones
-    only in a full server, so a run killed while holding the slot (Ctrl+C that also reached
-    the server, a crash) would block every later run. There, a slot found taken while the
-    warehouse file is free for writing is released, with a warning.
+    On Prefect's temporary server (ephemeral mode: no ``PREFECT_API_URL``, as ``freetime run``
+    on a new machine) a taken slot can only be stale: Prefect keeps leases in the server's
+    memory and revokes expired ones only in a full server, so a run killed while holding the
+    slot (a Ctrl+C that also reached the server, a crash) would block every later run. There, a
+    slot found taken while the warehouse file is free for writing is released, with a warning.
     """
     with get_client(sync_client=True) as client:
         try:
@@ -123,7 +121,7 @@ def ensure_warehouse_limit(
                 )
             return
         if (
-            os.environ.get(PRIVATE_SERVER_ENV)
+            client.server_type == ServerType.EPHEMERAL
             and limit.active_slots >= max(limit.limit, 1)
             and _warehouse_free(duckdb_path)
         ):
@@ -364,17 +362,35 @@ class Published:
     markdown_artifact_id: str
 
 
+@task(name="reconcile-counts", cache_policy=NO_CACHE, persist_result=False)
+def reconcile_counts(duckdb_path: str, load: LoadOutcome) -> list[Reconciliation]:
+    """The warehouse's row counts of the reconciled lists against the API's totals (after a
+    full scan, which removed what the API no longer lists: the counts should match)."""
+    counts = row_counts(
+        duckdb_path, DATASET, list(RECONCILED_TABLES.values()), retry_seconds=LOCK_RETRY_SECONDS
+    )
+    return [
+        Reconciliation(
+            table=f"{DATASET}.{table}",
+            api_total=load.api_totals.get(kind, 0),
+            distinct_seen=load.distinct_seen.get(kind, 0),
+            warehouse_rows=counts[table],
+        )
+        for kind, table in RECONCILED_TABLES.items()
+    ]
+
+
 @task(name="publish-artifacts", cache_policy=NO_CACHE, persist_result=False)
 def publish_artifacts(
     flow_name: str,
     duckdb_path: str | None,
     risk: RiskSummary,
     load: LoadOutcome | None = None,
-    reconcile: bool = False,
+    reconciliation: list[Reconciliation] | None = None,
 ) -> Published:
     """Table artifact of the at-risk containers (most urgent first) and the summary markdown:
-    counts per level, exposure by terminal, changes since the previous risk run and, for
-    ``reconcile``, warehouse row counts against the API's totals."""
+    counts per level, exposure by terminal, changes since the previous risk run and, when
+    given, the ``reconciliation`` (warehouse row counts against the API's totals)."""
     path = resolve_duckdb_path(duckdb_path)
     current = at_risk(path, levels=LEVELS)  # every published row: the changes need them all
     rows = at_risk_rows(at_risk(path).to_dicts())
@@ -385,20 +401,7 @@ def publish_artifacts(
     exposure = read_table(
         path, ANALYTICS_SCHEMA, "exposure_by_terminal", retry_seconds=LOCK_RETRY_SECONDS
     )
-    recon: list[Reconciliation] = []
-    if reconcile and load is not None:
-        counts = row_counts(
-            path, DATASET, list(RECONCILED_TABLES.values()), retry_seconds=LOCK_RETRY_SECONDS
-        )
-        recon = [
-            Reconciliation(
-                table=f"{DATASET}.{table}",
-                api_total=load.api_totals.get(kind, 0),
-                distinct_seen=load.distinct_seen.get(kind, 0),
-                warehouse_rows=counts[table],
-            )
-            for kind, table in RECONCILED_TABLES.items()
-        ]
+    recon = list(reconciliation or [])
     markdown = summary_markdown(
         SummaryInput(
             flow=flow_name,

@@ -1,29 +1,37 @@
-"""`freetime serve`: serve prefect.yaml's deployments (hourly sync, nightly reconcile) from here.
+"""`freetime serve`: serve prefect.yaml's deployments (hourly sync, nightly full sync) here.
 
 Uses the Prefect server at ``PREFECT_API_URL`` when one is configured; otherwise starts a local
 one (``prefect server start`` on 127.0.0.1, with its UI) for as long as this command runs, over
-the same database in ``PREFECT_HOME`` that ``freetime run`` writes its runs to. Stopping (Ctrl+C
-or SIGTERM) leaves the deployments' schedules active (``pause_on_shutdown=False``): runs
-scheduled while nothing serves them wait as Late and start when ``freetime serve`` is back.
+the same database in ``PREFECT_HOME`` that ``freetime run`` writes its runs to. Ctrl+C or
+SIGTERM stops it within seconds (exit code 0) and leaves the deployments' schedules active
+(``pause_on_shutdown=False``): runs scheduled while nothing serves them wait as Late and start
+when ``freetime serve`` is back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import httpx
 import typer
 from rich.markup import escape
 
 from freetime_cli._common import console, fail, quiet_logging
+
+if TYPE_CHECKING:
+    from prefect.deployments.runner import RunnerDeployment
+
+    from flows.deployments import DeploymentSpec
 
 LOCAL_HOST = "127.0.0.1"
 SERVER_START_TIMEOUT_S = 120.0
@@ -107,16 +115,27 @@ def serve(
         typer.Option(help="Deployment file (default: the project's prefect.yaml)."),
     ] = None,
 ) -> None:
-    """Serve the scheduled deployments (hourly sync, nightly reconcile) from this machine.
+    """Serve the scheduled deployments (hourly sync, nightly full sync) from this machine.
 
-    Stopping leaves their schedules active (not paused).
+    Ctrl+C or SIGTERM stops serving; the schedules stay active (not paused).
     """
+    # SIGTERM stops like Ctrl+C at every stage (before serving starts, too).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        _serve_here(port, prefect_file)
+    except KeyboardInterrupt:
+        console.print("stopped before serving started")
+        raise typer.Exit(130) from None
+
+
+def _serve_here(port: int, prefect_file: Path | None) -> None:
     quiet_logging()
     from flows.deployments import PREFECT_YAML, DeploymentConfigError, read_deployments
 
     path = prefect_file or PREFECT_YAML
     try:
         specs = read_deployments(path)
+        deployments = [spec.to_runner_deployment() for spec in specs]
     except DeploymentConfigError as exc:
         fail(str(exc))
 
@@ -129,7 +148,52 @@ def serve(
         else:
             console.print(f"starting a local Prefect server on {LOCAL_HOST}:{port}…")
             api_url = stack.enter_context(local_prefect_server(port))
-        _serve(specs, api_url)
+        _describe(specs, api_url)
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        # The runner hands the current settings (this API URL included) to every flow run.
+        with temporary_settings(updates={PREFECT_API_URL: api_url}):
+            stopped_by = asyncio.run(serve_until_signalled(deployments))
+    console.print(
+        f"stopped serving ({stopped_by}); the schedules stay active", highlight=False
+    )
+
+
+async def serve_until_signalled(deployments: list[RunnerDeployment]) -> str:
+    """Register ``deployments`` and run them on their schedules (Prefect's ``Runner``, as
+    ``prefect.serve`` does, schedules left active on shutdown) until SIGINT or SIGTERM; returns
+    the signal's name.
+
+    Either signal cancels the runner, which then stops its loops and cancels the flow runs it
+    started. (Prefect's own SIGTERM handler calls the runner's stop from inside its event loop,
+    where that returns a coroutine nobody awaits, and exits without stopping anything.)
+    """
+    from prefect.runner import Runner
+
+    runner = Runner(pause_on_shutdown=False)
+    for deployment in deployments:
+        await runner.aadd_deployment(deployment)
+    serving = asyncio.ensure_future(runner.start())
+    await asyncio.sleep(0)  # start() installs its SIGTERM handler first; ours replace it
+    received: list[str] = []
+
+    def stop(sig: signal.Signals) -> None:
+        received.append(sig.name)
+        serving.cancel()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop, sig)
+    console.print(
+        "Ctrl+C stops serving; the schedules stay active (pause_on_shutdown=False): runs due "
+        "while nothing serves them wait as Late and start when you serve again. Pause them in "
+        "the UI or with `prefect deployment schedule pause` to stop them for good.",
+        highlight=False,
+        soft_wrap=True,
+    )
+    with contextlib.suppress(asyncio.CancelledError):
+        await serving
+    return received[0] if received else "the runner stopped"
 
 
 def _profile_api_url() -> str | None:
@@ -140,13 +204,10 @@ def _profile_api_url() -> str | None:
     return str(value) if value else None
 
 
-def _serve(specs: list[Any], api_url: str) -> None:
-    from prefect import serve as prefect_serve
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
+def _describe(specs: list[DeploymentSpec], api_url: str) -> None:
+    """What is served, when, and where its UI is; a warning when no API key is configured."""
     from pipelines.config import ApiSettings, ConfigError
 
-    deployments = [spec.to_runner_deployment() for spec in specs]
     ui_url = api_url.rstrip("/").removesuffix("/api")
     for spec in specs:
         when = (
@@ -159,20 +220,17 @@ def _serve(specs: list[Any], api_url: str) -> None:
             or "no schedule"
         )
         tz = {s.timezone for s in spec.schedules if s.timezone}
+        params = ", ".join(f"{k}={v!r}" for k, v in spec.parameters.items())
         console.print(
-            f"serving {spec.name} ({spec.entrypoint}): {when}"
+            f"serving {spec.name} ({spec.entrypoint}"
+            + (f" with {params}" if params else "")
+            + f"): {when}"
             + (f" {', '.join(sorted(tz))}" if tz else "")
             + f", concurrency limit {spec.concurrency_limit}",
             highlight=False,
+            soft_wrap=True,
         )
     console.print(f"Prefect UI: {ui_url}  (API {api_url})", highlight=False)
-    console.print(
-        "Ctrl+C stops serving; the schedules stay active (pause_on_shutdown=False): runs due "
-        "while nothing serves them wait as Late and start when you serve again. Pause them in "
-        "the UI or with `prefect deployment schedule pause` to stop them for good.",
-        highlight=False,
-        soft_wrap=True,
-    )
     try:
         if not ApiSettings.resolve().api_key:
             console.print(
@@ -182,6 +240,3 @@ def _serve(specs: list[Any], api_url: str) -> None:
             )
     except ConfigError as exc:
         console.print(f"[yellow]warning:[/] {escape(str(exc))}", soft_wrap=True)
-    # The runner hands the current settings (this API URL included) to every flow run it starts.
-    with temporary_settings(updates={PREFECT_API_URL: api_url}):
-        prefect_serve(*deployments, pause_on_shutdown=False, print_starting_message=False)

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,10 @@ import pytest
 from flows.deployments import PREFECT_YAML, DeploymentConfigError, read_deployments
 
 REPO = Path(__file__).resolve().parents[1]
+# deployment -> (flow, cron, parameters): one `sync` flow, hourly, and nightly with full=True
 EXPECTED = {
-    "freetime-sync": ("sync", "0 * * * *"),
-    "freetime-reconcile": ("reconcile", "30 2 * * *"),
+    "freetime-sync": ("sync", "0 * * * *", {}),
+    "freetime-reconcile": ("sync", "30 2 * * *", {"full": True}),
 }
 
 
@@ -35,13 +36,14 @@ def test_prefect_yaml_passes_prefects_own_validation() -> None:
 def test_deployments_load_with_schedules_and_limit() -> None:
     specs = {s.name: s for s in read_deployments()}
     assert set(specs) == set(EXPECTED)
-    for name, (flow_name, cron) in EXPECTED.items():
+    for name, (flow_name, cron, parameters) in EXPECTED.items():
         spec = specs[name]
-        assert spec.load_flow().name == flow_name
+        assert spec.load_flow().name == flow_name and spec.parameters == parameters
         assert [s.cron for s in spec.schedules] == [cron]
         assert spec.concurrency_limit == 1
         deployment = spec.to_runner_deployment()
         assert deployment.name == name and deployment.concurrency_limit == 1
+        assert deployment.parameters == parameters
         assert [s.schedule.cron for s in deployment.schedules] == [cron]  # type: ignore[union-attr]
         assert all(s.active for s in deployment.schedules)
         assert not {"api_key", "key"} & set(inspect.signature(spec.load_flow().fn).parameters)
@@ -69,20 +71,38 @@ def test_bad_deployment_files_are_refused_plainly(
         read_deployments(path)
 
 
+@pytest.mark.parametrize(
+    "where",
+    ["parameters: {fulll: true}", "schedules: [{cron: '0 * * * *', parameters: {base: 1}}]"],
+)
+def test_a_parameter_the_flow_does_not_take_is_refused(tmp_path: Path, where: str) -> None:
+    path = tmp_path / "prefect.yaml"
+    path.write_text(
+        f"deployments:\n  - {{name: x, entrypoint: 'flows/sync.py:sync', {where}}}\n"
+    )
+    (spec,) = read_deployments(path)
+    with pytest.raises(DeploymentConfigError, match="takes no parameter"):
+        spec.to_runner_deployment()
+
+
 def _deployments(client: Any) -> dict[str, Any]:
     """The expected deployments that exist, by name (``flow/deployment`` lookups)."""
     from prefect.exceptions import ObjectNotFound
 
     found = {}
-    for name, (flow_name, _) in EXPECTED.items():
+    for name, (flow_name, _, _) in EXPECTED.items():
         with contextlib.suppress(ObjectNotFound):
             found[name] = client.read_deployment_by_name(f"{flow_name}/{name}")
     return found
 
 
-def test_freetime_serve_registers_the_deployments_and_leaves_schedules_active(
-    prefect_harness: None, tmp_path: Path
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_freetime_serve_registers_the_deployments_and_stops_cleanly_on_a_signal(
+    prefect_harness: None, tmp_path: Path, sig: signal.Signals
 ) -> None:
+    """Served against the session's Prefect server: the deployments are registered with their
+    schedules and limit; SIGINT or SIGTERM stops the process promptly (exit 0, no traceback,
+    no warning) and leaves every schedule active."""
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
 
@@ -91,35 +111,47 @@ def test_freetime_serve_registers_the_deployments_and_leaves_schedules_active(
     env["PREFECT_API_URL"] = str(PREFECT_API_URL.value())
     env["PREFECT_HOME"] = str(tmp_path / ".prefect")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "freetime_cli.main", "serve"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "freetime_cli.main", "serve"], cwd=tmp_path, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
+    lines: list[str] = []
+    serving = threading.Event()
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            # printed once the runner serves (and its signal handlers are in place)
+            if line.startswith("Ctrl+C stops serving"):
+                serving.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     try:
-        deadline = time.monotonic() + 90
+        while not serving.wait(0.5):
+            assert proc.poll() is None, "".join(lines)
         with get_client(sync_client=True) as client:
-            while time.monotonic() < deadline and proc.poll() is None:
-                found = _deployments(client)
-                if len(found) == len(EXPECTED):
-                    break
-                time.sleep(0.5)
-            assert proc.poll() is None, proc.communicate()
             found = _deployments(client)
-            assert set(found) == set(EXPECTED)
-            for name, (_, cron) in EXPECTED.items():
-                d = found[name]
-                assert [s.schedule.cron for s in d.schedules] == [cron]
-                assert all(s.active for s in d.schedules) and not d.paused
-                limit = d.global_concurrency_limit
-                assert limit is not None and limit.limit == 1, d
+        assert set(found) == set(EXPECTED)
+        for name, (_, cron, parameters) in EXPECTED.items():
+            d = found[name]
+            assert [s.schedule.cron for s in d.schedules] == [cron]
+            assert d.parameters == parameters
+            assert all(s.active for s in d.schedules) and not d.paused
+            limit = d.global_concurrency_limit
+            assert limit is not None and limit.limit == 1, d
+        proc.send_signal(sig)
+        proc.wait(timeout=20)  # promptly: Prefect's own handling could take 30 s or more
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            _, stderr = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
+        if proc.poll() is None:
             proc.kill()
-            _, stderr = proc.communicate()
-    assert "Prefect UI: " in stderr and "pause_on_shutdown=False" in stderr
-    assert "Traceback" not in stderr
+            proc.wait()
+        reader.join(timeout=10)
+    err = "".join(lines)
+    assert proc.returncode == 0, err
+    assert "Prefect UI: " in err and "pause_on_shutdown=False" in err
+    assert f"stopped serving ({sig.name}); the schedules stay active" in err
+    assert "Traceback" not in err and "Warning" not in err and "never awaited" not in err, err
     with get_client(sync_client=True) as client:
         after = _deployments(client)
     for d in after.values():  # stopping did not pause anything

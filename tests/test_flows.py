@@ -133,7 +133,6 @@ def sandbox() -> Iterator[Any]:
 def api_env(monkeypatch: pytest.MonkeyPatch, sandbox: Any) -> Any:
     monkeypatch.setenv("TERMINAL49_API_KEY", sandbox.api_key)
     monkeypatch.delenv("TERMINAL49_BASE_URL", raising=False)
-    monkeypatch.delenv(tasks.PRIVATE_SERVER_ENV, raising=False)
     return sandbox
 
 
@@ -244,14 +243,29 @@ def test_risk_flow_recomputes_as_of_an_instant_without_the_api(
     assert report.changes is not None and report.changes["newly_overdue"] > 0
 
 
-def test_reconcile_reports_warehouse_counts_against_the_api(
+def test_full_sync_reconciles_removes_what_the_api_no_longer_lists_and_reports_counts(
     prefect_harness: None, api_env: Any, tmp_path: Path
 ) -> None:
-    from flows.sync import reconcile
+    from flows.sync import sync
 
-    state = reconcile(duckdb_path=str(tmp_path / "w.duckdb"), base_url=api_env.base_url,
-                      return_state=True)
+    warehouse = tmp_path / "w.duckdb"
+    first = sync(duckdb_path=str(warehouse), base_url=api_env.base_url)
+    assert first.reconciliation == [] and first.load.summary.kind == "full"
+    # A container the API does not list (say, deleted from the account since the last load):
+    # only a full sync notices it is gone.
+    with duckdb.connect(str(warehouse)) as con:
+        con.execute("CREATE TEMP TABLE ghost AS SELECT * FROM terminal49.containers LIMIT 1")
+        con.execute("UPDATE ghost SET id = 'ghost-container-id'")
+        con.execute("INSERT INTO terminal49.containers SELECT * FROM ghost")
+    incremental = sync(duckdb_path=str(warehouse), base_url=api_env.base_url)
+    assert incremental.load.summary.kind == "incremental"
+    assert _has_ghost(warehouse)
+
+    state = sync(duckdb_path=str(warehouse), base_url=api_env.base_url, full=True,
+                 return_state=True)
     report = state.result()
+    assert report.flow == "sync (full)" and report.load.summary.kind == "full"
+    assert not _has_ghost(warehouse) and report.load.summary.removed.get("containers") == 1
     assert {r.table for r in report.reconciliation} == {
         "terminal49.containers", "terminal49.shipments"}
     assert all(r.matches for r in report.reconciliation), report.reconciliation
@@ -260,6 +274,24 @@ def test_reconcile_reports_warehouse_counts_against_the_api(
     n = next(r.api_total for r in report.reconciliation if r.table.endswith("containers"))
     assert n >= 300  # the sandbox may have added containers since the clock advanced
     assert f"| terminal49.containers | {n} | {n} | {n} | yes |" in md
+
+
+def _has_ghost(warehouse: Path) -> bool:
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        found = con.execute(
+            "SELECT count(*) FROM terminal49.containers WHERE id = 'ghost-container-id'"
+        ).fetchone()
+    return found == (1,)
+
+
+def test_flows_take_no_parameter_they_ignore() -> None:
+    """``risk`` makes no API call, so it takes no API settings; ``sync`` uses all it takes."""
+    import inspect
+
+    from flows.sync import risk, sync
+
+    assert set(inspect.signature(risk.fn).parameters) == {"duckdb_path", "as_of", "tariffs_path"}
+    assert "full" in inspect.signature(sync.fn).parameters
 
 
 def test_wrong_key_fails_the_flow_with_the_message_and_no_retry(
