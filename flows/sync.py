@@ -31,6 +31,7 @@ from flows.tasks import (
     check_warehouse,
     compute_risk,
     elapsed,
+    fetch_events,
     load_account,
     publish_artifacts,
     reconcile_counts,
@@ -93,6 +94,8 @@ def sync(
             apply_webhooks(path, base_url, rate_limit_per_minute, reconcile=full)
         with _timed(timings, "risk"):
             risk = compute_risk(path, as_of, tariffs_path)
+        with _timed(timings, "events"):  # after risk: at-risk containers get their events
+            fetch_events(path, base_url, rate_limit_per_minute)
         with _timed(timings, "publish"):
             write_html_report(path)
             reconciliation = reconcile_counts(path, load) if full else None

@@ -55,6 +55,7 @@ from pipelines.config import (
     ConfigError,
     resolve_duckdb_path,
 )
+from pipelines.history.transport_events import EventsSummary, fetch_transport_events
 from pipelines.load import LoadFailed, LoadSummary, run_load
 from pipelines.report import write_report
 from pipelines.terminal49.client import ApiError, ApiStalled, AuthError, Terminal49Client
@@ -313,6 +314,20 @@ def apply_webhooks(
         if client is not None:
             client.close()
     get_run_logger().info("webhooks: %s", summary.line())
+    return summary
+
+
+@task(name="fetch-transport-events", cache_policy=NO_CACHE, persist_result=False)
+def fetch_events(
+    duckdb_path: str, base_url: str | None = None, rate_limit_per_minute: float | None = None
+) -> EventsSummary:
+    """The transport events of the containers whose milestones changed, or at risk
+    (:func:`pipelines.history.transport_events.fetch_transport_events`: a bounded number of
+    requests a run, within the rate limit)."""
+    api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit_per_minute)
+    with Terminal49Client.for_api(api) as client:
+        summary = fetch_transport_events(Path(duckdb_path), client)
+    get_run_logger().info("transport events: %s", summary)
     return summary
 
 
