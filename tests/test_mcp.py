@@ -22,7 +22,7 @@ from tests.mcp_helpers import REPO, mcp_server
 
 CLOCK = "2026-11-20T12:00:00Z"
 TOOLS = {"containers_at_risk", "get_container", "summarize_containers", "lfd_calendar",
-         "search_container", "warehouse_freshness", "query_warehouse"}
+         "search_container", "warehouse_freshness", "query_warehouse", "container_evidence"}
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +143,16 @@ def test_summary_calendar_search_freshness(server: str, warehouse: Path) -> None
     fresh = call(server, "warehouse_freshness").structured_content
     assert fresh["risk_as_of"] == CLOCK and fresh["source"] == "terminal49.freetime_loads"
     assert fresh["last_full_load"]["kind"] == "full" and fresh["last_incremental_load"] is None
+
+
+def test_container_evidence_is_the_evidence_command_as_a_tool(server: str, warehouse: Path) -> None:
+    number = _risk(warehouse, "SELECT container_number FROM analytics.demurrage_risk "
+                              "WHERE lfd_date IS NOT NULL LIMIT 1")[0][0]
+    out = call(server, "container_evidence", {"container": number}).structured_content
+    assert out["facts"]["Container"] == number
+    assert out["csv"].startswith("section,item,value")
+    missing = call(server, "container_evidence", {"container": "NOPE0000000"})
+    assert missing.is_error
 
 
 def test_search_by_reference_number(server: str, warehouse: Path) -> None:

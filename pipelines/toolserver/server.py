@@ -17,6 +17,8 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.analytics import risk as risk_module
+from pipelines.analytics.tariffs import load_tariffs
+from pipelines.history import evidence
 from pipelines.toolserver import queries
 from pipelines.toolserver.snapshot import Snapshot, SnapshotReader
 from pipelines.toolserver.sqlsafe import DEFAULT_MAX_ROWS, SqlRefused, run_query
@@ -78,6 +80,12 @@ class SearchOut(_Out):
     returned: int
     more: bool
     containers: list[dict[str, Any]]
+
+
+class EvidenceOut(_Out):
+    container: str
+    facts: dict[str, str]
+    csv: str
 
 
 class FreshnessOut(_Out):
@@ -213,6 +221,23 @@ def build_server(
                       lambda snap: queries.search_container(snap, query, limit))
         more = " (more: narrow the query)" if out["more"] else ""
         return _result(f"{out['returned']} containers match {query!r}{more}", out)
+
+    @mcp.tool(annotations=READ_ONLY)
+    def container_evidence(
+        container: Annotated[str, Field(description="Container number or id.")],
+    ) -> Annotated[CallToolResult, EvidenceOut]:
+        """The evidence for a demurrage dispute of one container, as `freetime evidence`
+        writes it: free time and its basis, start and end, each charged day with its rate,
+        the timeline (in the CSV), and what freetime cannot know."""
+
+        def gather(snap: Snapshot) -> dict[str, Any]:
+            ev = evidence.gather(snap.con, container, load_tariffs())
+            return {"container": container, "facts": dict(evidence.key_facts(ev)),
+                    "csv": evidence.render_csv(ev)}
+
+        out = _answer(rd, ("container_evidence", container), gather)
+        facts = out["facts"]
+        return _result(f"{container}: free time ends {facts.get('End of free time (LFD)')}", out)
 
     @mcp.tool(annotations=READ_ONLY)
     def warehouse_freshness() -> Annotated[CallToolResult, FreshnessOut]:
