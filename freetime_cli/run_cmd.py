@@ -1,24 +1,21 @@
 """`freetime run`: the `sync` flow once (load, risk, publish), then the at-risk table.
 
 With no API key configured it loads from the embedded sandbox (a synthetic account), so a new
-user sees the whole thing work before having a key. Prefect runs in ephemeral mode unless
-``PREFECT_API_URL`` points at a server; its console output is cut to warnings and errors (the
-run's INFO logs still reach the Prefect API and its UI).
+user sees the whole thing work before having a key. Prefect runs in ephemeral mode (its own
+temporary server over the database in ``PREFECT_HOME``) unless ``PREFECT_API_URL`` points at a
+server; its console output is cut to warnings and errors (the run's INFO logs still reach the
+Prefect API and its UI). Ctrl+C stops it with one line and exit code 130.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import datetime as dt
 import logging
 import os
-import socket
-import subprocess
-import sys
-import tempfile
+import signal
+import threading
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -42,25 +39,39 @@ from freetime_cli._common import (
 if TYPE_CHECKING:
     from flows.sync import RunReport
 
-PRIVATE_SERVER_ENV = "FREETIME_PRIVATE_PREFECT_SERVER"  # = flows.tasks.PRIVATE_SERVER_ENV
-
 LEVEL_STYLE = {"overdue": "bold red", "due_today": "red", "imminent": "yellow"}
 
-# Set before Prefect is imported (its logging config reads them once). setdefault: a user's own
-# settings win. The console handler drops INFO chatter ("Starting temporary server", "Finished in
-# state Completed()") but keeps warnings and errors; the API handler keeps INFO for the UI.
-PREFECT_QUIET_ENV = {
+# Set before Prefect is imported (it reads its settings once). setdefault: a user's own
+# settings win. Without PREFECT_API_URL, Prefect starts its temporary server ("ephemeral mode")
+# for the run over the database in PREFECT_HOME, and stops it at exit.
+PREFECT_ENV = {
+    # The console handler drops INFO chatter ("Starting temporary server", "Finished in state
+    # Completed()") but keeps warnings and errors; the API handler keeps INFO for the UI.
     "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
-    # The ephemeral server's telemetry heartbeat races its own first writes to a fresh SQLite
+    # Ephemeral mode on whatever the active profile says: `freetime run` needs no setup.
+    "PREFECT_SERVER_EPHEMERAL_ENABLED": "true",
+    # Its first start migrates a new database: far beyond the default 20 s on a busy machine.
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
+    # The temporary server's telemetry heartbeat races its own first writes to a new SQLite
     # database and logs "database is locked" tracebacks; nothing here needs it.
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
 }
 
 
+# Set by Ctrl+C: the interrupt may surface inside Prefect's engine as another failure.
+_INTERRUPTED = threading.Event()
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    _INTERRUPTED.set()
+    raise KeyboardInterrupt
+
+
 class _DropUserFacingTracebacks(logging.Filter):
     """Prefect logs a failed task or flow with its traceback; for the failures whose message is
     written for the user (no key, API unreachable, warehouse locked) this command prints that
-    message as one line instead, so those records are dropped from the console only."""
+    message as one line instead, so those records are dropped from the console only. So is
+    everything Prefect logs after a Ctrl+C ("Crash detected", the failures it can cause)."""
 
     def __init__(self, kinds: tuple[type[BaseException], ...]) -> None:
         super().__init__()
@@ -69,6 +80,8 @@ class _DropUserFacingTracebacks(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and isinstance(exc, self.kinds):
+            return False
+        if _INTERRUPTED.is_set():  # whatever Prefect logs after a Ctrl+C: the command says it
             return False
         message = record.getMessage()
         return not (
@@ -103,116 +116,6 @@ def process_age() -> float | None:
         return None
 
 
-def _configured_prefect_api() -> str | None:
-    """PREFECT_API_URL from the environment or the active Prefect profile, read without
-    importing Prefect (that alone takes seconds, which the server start should overlap)."""
-    if os.environ.get("PREFECT_API_URL"):
-        return os.environ["PREFECT_API_URL"]
-    home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
-    path = Path(os.environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml").expanduser()
-    try:
-        doc = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
-    active = os.environ.get("PREFECT_PROFILE") or doc.get("active") or "ephemeral"
-    value = (doc.get("profiles", {}).get(active) or {}).get("PREFECT_API_URL")
-    return str(value) if value else None
-
-
-class BackgroundPrefectServer:
-    """The temporary Prefect API that ephemeral mode would start, started by us, early.
-
-    Prefect's ephemeral mode starts the same server (uvicorn on ``create_app``, UI off, over the
-    database in ``PREFECT_HOME``) only when the flow makes its first API call, after importing
-    its server module in this process (~4 s here). Starting it first lets its boot overlap the
-    imports and the sandbox start; the flow then talks to it through ``PREFECT_API_URL``.
-    Stopped at interpreter exit, after Prefect's log and event workers have flushed (atexit
-    runs in reverse order of registration and this registers before Prefect is imported).
-    """
-
-    def __init__(self) -> None:
-        self.port = _free_port()
-        self.api_url = f"http://127.0.0.1:{self.port}/api"
-        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "prefect.server.api.server:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "error",
-                "--lifespan",
-                "on",
-            ],
-            env={
-                **os.environ,
-                "PREFECT_UI_ENABLED": "0",
-                "PREFECT__SERVER_EPHEMERAL": "1",
-                "PREFECT__SERVER_FINAL": "1",
-            },
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            # Its own session: a Ctrl+C in the terminal reaches this process only, which then
-            # releases the warehouse slot through the still-running server before stopping it.
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-        atexit.register(self.stop)
-
-    def wait(self, timeout: float = 180.0) -> None:
-        """Block until the API answers; raise RuntimeError with the server's last words."""
-        import httpx
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                break
-            try:
-                if httpx.get(f"{self.api_url}/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self._log.seek(0)
-        lines = self._log.read()[-2000:].decode(errors="replace").strip().splitlines()
-        raise RuntimeError(
-            "the temporary Prefect server did not start" + (f": {lines[-1]}" if lines else "")
-        )
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec (Linux): get SIGTERM when the parent dies, even by SIGKILL,
-    so a killed `freetime run` leaves no server behind. A no-op elsewhere."""
-    with contextlib.suppress(Exception):
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _free_port() -> int:
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def run(
     duckdb: DuckDbOption = None,
     as_of: Annotated[
@@ -227,47 +130,13 @@ def run(
 
     Uses TERMINAL49_API_KEY (or .dlt/secrets.toml) when set; otherwise the embedded sandbox.
     """
-    code = 0
+    signal.signal(signal.SIGINT, _on_sigint)
     try:
         _run(duckdb, as_of, limit)
-    except typer.Exit as exc:
-        code = exc.exit_code
     except KeyboardInterrupt:
         print_error("interrupted: the warehouse holds what the last completed step wrote; "
                     "the next run starts clean")
-        code = 130
-    _leave(code)
-
-
-def _leave(code: int) -> None:
-    """Exit after the exit handlers (Prefect flushes its logs, the temporary server stops) but
-    without interpreter teardown: with Prefect loaded, DuckDB's bindings print a screenful of
-    "nanobind: leaked ..." at teardown, which would bury the at-risk table."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    _drain_prefect_workers()
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def _drain_prefect_workers() -> None:
-    """Send Prefect's queued logs and events now, while the temporary server still runs.
-
-    Prefect drains them at thread shutdown, which ``os._exit`` skips; a run that failed in its
-    first seconds would otherwise still be sending when the server stops ("Error logging to
-    API" on the console)."""
-    if "prefect" not in sys.modules:
-        return
-    with contextlib.suppress(Exception):
-        from prefect.logging.handlers import APILogWorker
-
-        APILogWorker.drain_all(timeout=5)
-    with contextlib.suppress(Exception):
-        from prefect.events.worker import EventsWorker
-
-        EventsWorker.drain_all(timeout=5)
+        raise typer.Exit(130) from None
 
 
 def _run(duckdb: Path | None, as_of: str | None, limit: int) -> None:
@@ -283,14 +152,9 @@ def _run(duckdb: Path | None, as_of: str | None, limit: int) -> None:
         check_usable(resolve_duckdb_path(duckdb))
     except (ValueError, ConfigError, WarehouseUnusable) as exc:
         fail(str(exc))
-    for key, value in PREFECT_QUIET_ENV.items():
+    for key, value in PREFECT_ENV.items():
         os.environ.setdefault(key, value)
     quiet_logging()
-    server: BackgroundPrefectServer | None = None
-    if "prefect" not in sys.modules and not _configured_prefect_api():
-        server = BackgroundPrefectServer()
-        os.environ["PREFECT_API_URL"] = server.api_url  # read when Prefect is imported
-        os.environ[PRIVATE_SERVER_ENV] = "1"  # see flows.tasks.ensure_warehouse_limit
 
     from pipelines.config import ApiSettings
 
@@ -316,11 +180,7 @@ def _run(duckdb: Path | None, as_of: str | None, limit: int) -> None:
             # In-process only, for the load task to resolve; the sandbox key is not a secret.
             os.environ["TERMINAL49_API_KEY"] = key
             os.environ["TERMINAL49_BASE_URL"] = url
-        if server is not None:
-            try:
-                server.wait()
-            except RuntimeError as exc:
-                fail(str(exc), code=1)
+        _start_temporary_prefect_server()
         report = _run_sync(duckdb, when)
         finished = time.perf_counter()
     print_report(report, limit)
@@ -328,6 +188,31 @@ def _run(duckdb: Path | None, as_of: str | None, limit: int) -> None:
         report,
         Timing(started, command_started, finished, sandbox_seconds),
     )
+
+
+def _start_temporary_prefect_server() -> None:
+    """Without ``PREFECT_API_URL``, start Prefect's temporary server (the one its ephemeral mode
+    starts on the flow's first API call) now, out of reach of Ctrl+C; stopped at exit.
+
+    A terminal sends Ctrl+C to the whole process group. A server that got it too would be gone
+    when the interrupted flow reports its final state, and Prefect's client would retry against
+    it for a minute. SIGINT is blocked while the server is spawned: the child inherits the mask
+    (Python and uvicorn leave it as it is), so only this process sees the interrupt, and the
+    server stops by SIGTERM when this process exits.
+    """
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
+
+    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        SubprocessASGIServer().start()
+    except RuntimeError as exc:  # it did not answer within the startup timeout
+        fail(f"the temporary Prefect server did not start: {str(exc).splitlines()[0]}", code=1)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _run_sync(duckdb: Path | None, as_of: dt.datetime | None) -> RunReport:
@@ -344,7 +229,11 @@ def _run_sync(duckdb: Path | None, as_of: dt.datetime | None) -> RunReport:
         from prefect.settings import PREFECT_API_URL
 
         fail(f"cannot reach the Prefect API at {PREFECT_API_URL.value()}: {exc}", code=1)
+    finally:
+        _release_dlt_pipelines()
     if not state.is_completed():
+        if _INTERRUPTED.is_set():
+            raise KeyboardInterrupt
         result: Any = state.result(raise_on_failure=False)
         if isinstance(result, BaseException):
             message = (
@@ -358,6 +247,18 @@ def _run_sync(duckdb: Path | None, as_of: dt.datetime | None) -> RunReport:
     report = state.result()
     assert report is not None
     return report
+
+
+def _release_dlt_pipelines() -> None:
+    """Drop dlt's references to the pipelines the flow ran. Their destination credentials hold
+    the (closed) DuckDB connection of the last write; alive at interpreter exit, DuckDB's
+    bindings report it among a screenful of "nanobind: leaked ..." lines under the table."""
+    from dlt.common.configuration.container import Container
+    from dlt.common.pipeline import PipelineContext
+
+    context = Container()[PipelineContext]
+    context.deactivate()
+    context.clear_activation_history()
 
 
 def at_risk_table(rows: list[dict[str, Any]], limit: int) -> Table:
@@ -441,11 +342,12 @@ def timing_split(report: RunReport, t: Timing) -> dict[str, float]:
     """Wall time in seconds, adding up to the total:
 
     - startup: interpreter start and the CLI's imports, up to this command (Linux only);
-    - prefect start: from the command to the flow body holding the warehouse slot: importing
-      Prefect and the pipelines, the temporary API server's boot, creating the flow run; the
-      embedded sandbox starts meanwhile (its own time is shown separately, not added);
+    - prefect start: from the command to the flow body holding the warehouse slot: the
+      embedded sandbox's start (also shown on its own), importing Prefect and the pipelines,
+      the temporary API server's boot, creating the flow run;
     - load, risk, publish: the flow's three steps, each a Prefect task;
-    - prefect finish: closing the run (final states, flushing logs) until the call returns.
+    - prefect finish: closing the run (final states, flushing logs) until the call returns
+      (stopping the temporary server at exit comes after, uncounted).
     """
     steps = report.timings
     slot = steps.get("slot", 0.0)
