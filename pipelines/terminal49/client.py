@@ -358,9 +358,8 @@ class Terminal49Client:
                 )
                 body = response.content  # reads the whole body: truncation raises here
                 # httpx 0.28 binds the response and its stream in a reference cycle (encode/httpx
-                # #3733), so every body (300 KB a container page) waited for a full garbage
-                # collection, which comes rarer as the heap grows: 100,000 containers held up
-                # to 100 MB of read bodies. Read, the body no longer needs the bound stream.
+                # #3733), so every read body waited for a full garbage collection, which comes
+                # rarer as the heap grows. Read, the body no longer needs the bound stream.
                 response.stream = httpx.ByteStream(body)
             except httpx.UnsupportedProtocol as exc:  # a URL no retry can fix
                 raise Unreachable(f"cannot reach the API at {self.base_url}: {exc}") from None
