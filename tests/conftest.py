@@ -2,8 +2,8 @@
 
 This conftest also keeps the suite self-contained: an audit hook records every file the test
 process opens or lists in a folder that sat beside the repository when the session started
-(``../shared`` and the like), and the test, collector or session that did it fails, naming the
-file. A plain clone with nothing beside it must collect and pass.
+(a sibling folder of reference data, say), and the test, collector or session that did it
+fails, naming the file. A plain clone with nothing beside it must collect and pass.
 """
 
 from __future__ import annotations
