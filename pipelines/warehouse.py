@@ -130,6 +130,22 @@ def writing(
         con.close()
 
 
+def quote(name: str) -> str:
+    """``name`` as a quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def column_types(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> dict[str, str]:
+    """The columns of ``schema.table`` in order, with their DuckDB types (empty when the table
+    does not exist)."""
+    rows = con.execute(
+        "SELECT column_name, data_type FROM duckdb_columns() "
+        "WHERE schema_name = ? AND table_name = ? ORDER BY column_index",
+        [schema, table],
+    ).fetchall()
+    return {name: typ for name, typ in rows}
+
+
 def table_names(con: duckdb.DuckDBPyConnection, schema: str) -> set[str]:
     """The tables and views of ``schema`` (empty when the schema does not exist)."""
     rows = con.execute(

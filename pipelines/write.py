@@ -49,7 +49,15 @@ from pipelines.terminal49.client import Terminal49Error
 from pipelines.terminal49.docs import apply_comments
 from pipelines.terminal49.flatten import ColumnTypes
 from pipelines.terminal49.scan import ScanIncomplete
-from pipelines.warehouse import WarehouseError, WarehouseLocked, reading, table_names, writing
+from pipelines.warehouse import (
+    WarehouseError,
+    WarehouseLocked,
+    column_types,
+    quote,
+    reading,
+    table_names,
+    writing,
+)
 
 log = logging.getLogger("freetime.write")
 
@@ -370,19 +378,6 @@ def _drop_loaded_packages(pipeline: dlt.Pipeline) -> None:
 # --- publishing -----------------------------------------------------------------------------
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _columns(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> dict[str, str]:
-    rows = con.execute(
-        "SELECT column_name, data_type FROM duckdb_columns() "
-        "WHERE schema_name = ? AND table_name = ? ORDER BY column_index",
-        [schema, table],
-    ).fetchall()
-    return {name: typ for name, typ in rows}
-
-
 def pending_loads(con: duckdb.DuckDBPyConnection, writer: str) -> list[str]:
     """Loads dlt completed in ``writer``'s incoming dataset and not yet published, oldest
     first."""
@@ -391,9 +386,9 @@ def pending_loads(con: duckdb.DuckDBPyConnection, writer: str) -> list[str]:
         return []
     done = ""
     if LOADS_TABLE in table_names(con, DATASET):
-        done = f"AND load_id NOT IN (SELECT load_id FROM {_q(DATASET)}.{LOADS_TABLE})"
+        done = f"AND load_id NOT IN (SELECT load_id FROM {quote(DATASET)}.{LOADS_TABLE})"
     rows = con.execute(
-        f"SELECT load_id FROM {_q(inc)}._dlt_loads WHERE status = 0 {done} ORDER BY load_id"
+        f"SELECT load_id FROM {quote(inc)}._dlt_loads WHERE status = 0 {done} ORDER BY load_id"
     ).fetchall()
     return [r[0] for r in rows]
 
@@ -410,7 +405,7 @@ def publish(
         return out
     con.execute("BEGIN TRANSACTION")
     try:
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {_q(DATASET)}")
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(DATASET)}")
         _ensure_loads_table(con)
         for load_id in loads:
             _publish_load(con, writer, load_id, out)
@@ -428,7 +423,7 @@ def publish(
 
 def _ensure_loads_table(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
-        f"CREATE TABLE IF NOT EXISTS {_q(DATASET)}.{LOADS_TABLE} ("
+        f"CREATE TABLE IF NOT EXISTS {quote(DATASET)}.{LOADS_TABLE} ("
         "load_id VARCHAR NOT NULL, writer VARCHAR NOT NULL, kind VARCHAR, "
         "scan_started_at TIMESTAMPTZ, api_started_at TIMESTAMPTZ, "
         "published_at TIMESTAMPTZ NOT NULL, window_from DATE, "
@@ -454,13 +449,15 @@ def _publish_load(
                 _remove_unlisted(con, inc, listed, children, load_id, scan.started_at, out)
     for table in present:
         if not table.startswith("_dlt_"):
-            con.execute(f"DELETE FROM {_q(inc)}.{_q(table)} WHERE _dlt_load_id = ?", [load_id])
+            con.execute(
+                f"DELETE FROM {quote(inc)}.{quote(table)} WHERE _dlt_load_id = ?", [load_id]
+            )
 
     def delta(now: dict[str, int], then: dict[str, int]) -> int:
         return sum(now.values()) - sum(then.values())
 
     con.execute(
-        f"INSERT INTO {_q(DATASET)}.{LOADS_TABLE} VALUES (?, ?, ?, ?, ?, now(), ?, ?, ?, ?, ?)",
+        f"INSERT INTO {quote(DATASET)}.{LOADS_TABLE} VALUES (?, ?, ?, ?, ?, now(), ?, ?, ?, ?, ?)",
         [
             load_id,
             writer,
@@ -489,7 +486,7 @@ def _history_context(writer: str, load_id: str, scan: ScanInfo | None) -> histor
 def _scan_info(con: duckdb.DuckDBPyConnection, inc: str, load_id: str) -> ScanInfo | None:
     row = con.execute(
         f"SELECT kind, started_at, window_from, complete_lists, api_started_at "
-        f"FROM {_q(inc)}.{SCAN_TABLE} "
+        f"FROM {quote(inc)}.{SCAN_TABLE} "
         "WHERE _dlt_load_id = ? LIMIT 1",
         [load_id],
     ).fetchone()
@@ -508,20 +505,20 @@ def _align_target(
     """Create ``terminal49.<table>`` like the incoming rows, or give it their new columns and
     types (a declared type that changed, e.g. an LFD that became a DATE: values that do not
     convert become NULL, and the load that changes the type rewrites every row it lists)."""
-    target = _columns(con, DATASET, table)
+    target = column_types(con, DATASET, table)
     cols = {c: t for c, t in incoming.items() if c not in _NOT_PUBLISHED}
-    name = f"{_q(DATASET)}.{_q(table)}"
+    name = f"{quote(DATASET)}.{quote(table)}"
     if not target:
-        defs = ", ".join(f"{_q(c)} {t}" for c, t in cols.items())
+        defs = ", ".join(f"{quote(c)} {t}" for c, t in cols.items())
         con.execute(f"CREATE TABLE {name} ({defs})")
         return
     for column, typ in cols.items():
         if column not in target:
-            con.execute(f"ALTER TABLE {name} ADD COLUMN {_q(column)} {typ}")
+            con.execute(f"ALTER TABLE {name} ADD COLUMN {quote(column)} {typ}")
         elif target[column] != typ:
             con.execute(
-                f"ALTER TABLE {name} ALTER {_q(column)} TYPE {typ} "
-                f"USING TRY_CAST({_q(column)} AS {typ})"
+                f"ALTER TABLE {name} ALTER {quote(column)} TYPE {typ} "
+                f"USING TRY_CAST({quote(column)} AS {typ})"
             )
 
 
@@ -534,12 +531,12 @@ def _merge_table(
     out: Published,
     ctx: history.Context | None = None,
 ) -> None:
-    incoming = _columns(con, inc, table)
+    incoming = column_types(con, inc, table)
     _align_target(con, table, incoming)
-    src = f"{_q(inc)}.{_q(table)}"
-    dst = f"{_q(DATASET)}.{_q(table)}"
-    keys = ", ".join(_q(k) for k in rule.key)
-    version = _q(rule.version) if rule.version else "rowid"
+    src = f"{quote(inc)}.{quote(table)}"
+    dst = f"{quote(DATASET)}.{quote(table)}"
+    keys = ", ".join(quote(k) for k in rule.key)
+    version = quote(rule.version) if rule.version else "rowid"
     # the newest incoming row per key (a load can see a record twice; a job re-run after a kill
     # can append the same rows twice). Only their row ids are kept aside: the rows are read
     # from the incoming table through the view, so memory stays bounded whatever the load's size
@@ -554,12 +551,12 @@ def _merge_table(
         return
     if ctx is not None:
         history.record_rows(con, table, incoming, ctx)
-    on = " AND ".join(f"t.{_q(k)} = n.{_q(k)}" for k in rule.key)
+    on = " AND ".join(f"t.{quote(k)} = n.{quote(k)}" for k in rule.key)
     newer = f"t.{version} > n.{version}" if rule.version else "false"
     skipped = _count(con, f"SELECT count(*) FROM _new n WHERE EXISTS "
                           f"(SELECT 1 FROM {dst} t WHERE {on} AND {newer})")
     con.execute(f"DELETE FROM {dst} t USING _new n WHERE {on} AND NOT ({newer})")
-    cols = ", ".join(_q(c) for c in incoming if c not in _NOT_PUBLISHED)
+    cols = ", ".join(quote(c) for c in incoming if c not in _NOT_PUBLISHED)
     inserted = _count(
         con,
         f"INSERT INTO {dst} ({cols}) SELECT {cols} FROM _new n "
@@ -582,8 +579,8 @@ def _merge_children(
 ) -> None:
     """Replace the children of every container whose newest fetch this load holds, unless the
     warehouse holds a newer version of that container (or of its children)."""
-    pk, version = _q(rule.parent_key), _q(rule.version or "fetched_at")
-    parent = f"{_q(DATASET)}.{_q(rule.parent or '')}"
+    pk, version = quote(rule.parent_key), quote(rule.version or "fetched_at")
+    parent = f"{quote(DATASET)}.{quote(rule.parent or '')}"
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE _owners AS SELECT {pk} AS owner, max({version}) AS v "
         f"FROM _new GROUP BY {pk}"
@@ -610,7 +607,7 @@ def _merge_children(
     if ctx is not None:
         history.record_children(con, table, incoming, ctx)
     con.execute(f"DELETE FROM {dst} t USING _owners o WHERE t.{pk} = o.owner")
-    cols = ", ".join(_q(c) for c in incoming if c not in _NOT_PUBLISHED)
+    cols = ", ".join(quote(c) for c in incoming if c not in _NOT_PUBLISHED)
     real = "NOT coalesce(n._deleted, false)" if "_deleted" in incoming else "true"
     if kept < owners:
         real += f" AND n.{pk} IN (SELECT owner FROM _owners)"
@@ -630,10 +627,10 @@ def _remove_unlisted(
 ) -> None:
     """After a complete full scan: remove the records of ``table`` (and their children) that
     the API no longer lists, unless they were written after the scan started."""
-    dst = f"{_q(DATASET)}.{_q(table)}"
+    dst = f"{quote(DATASET)}.{quote(table)}"
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE _gone AS SELECT id FROM {dst} t "
-        f"WHERE t.fetched_at < ? AND NOT EXISTS (SELECT 1 FROM {_q(inc)}.{_q(table)} i "
+        f"WHERE t.fetched_at < ? AND NOT EXISTS (SELECT 1 FROM {quote(inc)}.{quote(table)} i "
         "WHERE i._dlt_load_id = ? AND i.id = t.id)",
         [scan_started, load_id],
     )
@@ -643,7 +640,7 @@ def _remove_unlisted(
         if child in table_names(con, DATASET):
             n = _count(
                 con,
-                f"DELETE FROM {_q(DATASET)}.{_q(child)} "
+                f"DELETE FROM {quote(DATASET)}.{quote(child)} "
                 "WHERE container_id IN (SELECT id FROM _gone)",
             )
             out.add(out.removed, child, n)

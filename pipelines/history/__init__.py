@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import duckdb
 
 from pipelines.config import DATASET
+from pipelines.warehouse import column_types
+from pipelines.warehouse import quote as q
 
 HISTORY_TABLE = "history"
 #: Container columns tracked besides every LFD column.
@@ -63,10 +65,6 @@ class Context:
     how: str  # full, incremental, webhook
     #: API clock minus this machine's clock when the load's scan started (0 when unknown)
     clock_offset: dt.timedelta = dt.timedelta(0)
-
-
-def q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def tracked_columns(table: str, columns: Iterable[str]) -> list[str]:
@@ -214,14 +212,9 @@ def record_binding(
     holds; ``how`` is ``risk`` and ``load_id`` is ``run_id``. Call it after the risk table is
     published, in the same transaction when there is one. Returns rows appended (0 without a
     risk table)."""
-    cols = {
-        r[0]
-        for r in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'analytics' "
-            "AND table_name = 'demurrage_risk'"
-        ).fetchall()
-    }
-    if not {"container_id", "lfd_date", "lfd_source"} <= cols:
+    if not {"container_id", "lfd_date", "lfd_source"} <= set(
+        column_types(con, "analytics", "demurrage_risk")
+    ):
         return 0
     ensure_table(con)
     h = f"{q(DATASET)}.{HISTORY_TABLE}"

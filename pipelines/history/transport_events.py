@@ -32,7 +32,7 @@ from pipelines.config import DATASET
 from pipelines.history import HISTORY_TABLE, q
 from pipelines.terminal49 import flatten, settings
 from pipelines.terminal49.client import ApiError, Terminal49Client
-from pipelines.warehouse import reading, table_names
+from pipelines.warehouse import column_types, reading, table_names
 from pipelines.webhooks.apply import (
     TRANSPORT_EVENT_ATTRIBUTES,
     TRANSPORT_EVENT_RELATIONSHIPS,
@@ -87,14 +87,9 @@ def containers_needing_events(path: Path, max_containers: int = MAX_CONTAINERS) 
         ).fetchall()
         ids = [r[0] for r in changed]
         risky: list[str] = []
-        cols = {
-            r[0]
-            for r in con.execute(
-                "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'analytics' "
-                "AND table_name = 'demurrage_risk'"
-            ).fetchall()
-        }
-        if {"container_id", "risk_level"} <= cols:
+        if {"container_id", "risk_level"} <= set(
+            column_types(con, "analytics", "demurrage_risk")
+        ):
             levels = ", ".join(f"'{x}'" for x in AT_RISK)
             risky = [
                 r[0]

@@ -28,18 +28,14 @@ import duckdb
 
 from pipelines.config import DATASET
 from pipelines.history import HISTORY_TABLE, q
+from pipelines.warehouse import column_types
 
 D = q(DATASET)
 RAIL_ZONE_FIELDS = ("pickup_lfd_rail", "ind_facility_lfd_on")
 
 
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
-    rows = con.execute(
-        "SELECT column_name, data_type FROM duckdb_columns() "
-        "WHERE schema_name = ? AND table_name = ?",
-        [DATASET, table],
-    ).fetchall()
-    return {name: typ for name, typ in rows}
+    return column_types(con, DATASET, table)
 
 
 def local_date_sql(expr: str, duck_type: str, zone: str) -> str:

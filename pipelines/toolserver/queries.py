@@ -33,6 +33,7 @@ from pipelines.analytics.risk import AT_RISK_LEVELS, LEVELS
 from pipelines.config import ANALYTICS_SCHEMA as A
 from pipelines.config import DATASET as T
 from pipelines.toolserver.snapshot import Snapshot
+from pipelines.warehouse import column_types, quote
 
 RISK = f"{A}.demurrage_risk"
 #: The tool server's own schema in each snapshot (never in the warehouse itself).
@@ -111,18 +112,11 @@ def _records(
 
 def columns(cur: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[str]:
     """The columns of ``schema.table`` in order; empty when it does not exist."""
-    rows = cur.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND "
-        "table_name = ? ORDER BY ordinal_position", [schema, table]).fetchall()
-    return [r[0] for r in rows]
+    return list(column_types(cur, schema, table))
 
 
 def _public(cols: Sequence[str]) -> list[str]:
     return [c for c in cols if not c.startswith("_dlt")]
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _columns(snap: Snapshot, schema: str, table: str) -> list[str]:
@@ -149,8 +143,8 @@ def prepare(con: duckdb.DuckDBPyConnection) -> None:
     connection to a private snapshot (what exists of them: tables may be missing)."""
     for schema, table, col in LOOKUPS:
         if col in columns(con, schema, table):
-            con.execute(f"CREATE INDEX {_q(f'{OWN}_{table}_{col}')} "
-                        f"ON {schema}.{table} ({_q(col)})")
+            con.execute(f"CREATE INDEX {quote(f'{OWN}_{table}_{col}')} "
+                        f"ON {schema}.{table} ({quote(col)})")
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {OWN}")
     if columns(con, A, "demurrage_risk"):
         con.execute(f"CREATE TABLE {RANKED} AS SELECT row_number() OVER ({URGENCY_ORDER}) "
@@ -194,7 +188,7 @@ def containers_at_risk(
     params: list[Any] = list(lv)
 
     def col(name: str) -> str:
-        return _q(name) if name in have else "NULL"
+        return quote(name) if name in have else "NULL"
 
     if terminal:
         t = terminal.strip().lower()
@@ -212,7 +206,7 @@ def containers_at_risk(
         cond.append(f"contains(lower({col('customer_name')}), ?)")
         params.append(customer.strip().lower())
     where = " AND ".join(f"coalesce({c}, false)" for c in cond)
-    show = ", ".join(_q(c) for c in RISK_LIST_COLUMNS if c in have)
+    show = ", ".join(quote(c) for c in RISK_LIST_COLUMNS if c in have)
     cur = snap.con.cursor()
     try:
         rows = _records(cur, f"SELECT {show} FROM {RANKED} WHERE {where} "
@@ -242,8 +236,8 @@ def _row(snap: Snapshot, cur: duckdb.DuckDBPyConnection, schema: str, table: str
     cols = _public(_columns(snap, schema, table))
     if key not in cols:
         return None
-    rows = _records(cur, f"SELECT {', '.join(_q(c) for c in cols)} FROM {schema}.{table} "
-                         f"WHERE {_q(key)} = ? LIMIT 1", [value])
+    rows = _records(cur, f"SELECT {', '.join(quote(c) for c in cols)} FROM {schema}.{table} "
+                         f"WHERE {quote(key)} = ? LIMIT 1", [value])
     return rows[0] if rows else None
 
 
@@ -300,7 +294,7 @@ def _children(
     keep = [c for c in _public(cols) if c not in ("container_id", "_deleted", "fetched_at")]
     alive = "AND coalesce(_deleted, false) = false" if "_deleted" in cols else ""
     order = "ORDER BY position" if "position" in cols else ""
-    sel = ", ".join(_q(c) for c in keep)
+    sel = ", ".join(quote(c) for c in keep)
     return _records(cur, f"SELECT {sel} FROM {T}.{table} WHERE container_id = ? {alive} {order}",
                     [cid])
 
@@ -369,10 +363,10 @@ def search_container(snap: Snapshot, query: str, limit: int = 25) -> dict[str, A
     has_risk = bool(_columns(snap, A, "demurrage_risk"))
 
     def c(name: str) -> str:
-        return f"c.{_q(name)}" if name in ccols else "NULL"
+        return f"c.{quote(name)}" if name in ccols else "NULL"
 
     def s(name: str) -> str:
-        return f"s.{_q(name)}" if scols and name in scols and "shipment_id" in ccols else "NULL"
+        return f"s.{quote(name)}" if scols and name in scols and "shipment_id" in ccols else "NULL"
 
     join = (f"LEFT JOIN {T}.shipments s ON s.id = c.shipment_id"
             if scols and "shipment_id" in ccols else "")
@@ -418,16 +412,16 @@ def freshness(snap: Snapshot) -> dict[str, Any]:
             order = "published_at" if "published_at" in loads else loads[0]
             out["last_writes"] = _records(
                 cur, f"SELECT * FROM {T}.freetime_loads QUALIFY row_number() OVER "
-                     f"(PARTITION BY writer ORDER BY {_q(order)} DESC NULLS LAST) = 1 "
+                     f"(PARTITION BY writer ORDER BY {quote(order)} DESC NULLS LAST) = 1 "
                      "ORDER BY writer")
             if {"writer", "kind"} <= set(loads):
                 done = "AND complete" if "complete" in loads else ""
                 for kind in ("full", "incremental"):
                     rows = _records(cur, f"SELECT * FROM {T}.freetime_loads WHERE writer = "
                                          f"'load' AND kind = ? {done} ORDER BY "
-                                         f"{_q(order)} DESC NULLS LAST LIMIT 1", [kind])
+                                         f"{quote(order)} DESC NULLS LAST LIMIT 1", [kind])
                     out[f"last_{kind}_load"] = rows[0] if rows else None
-            rows = _records(cur, f"SELECT max({_q(order)}) AS at FROM {T}.freetime_loads "
+            rows = _records(cur, f"SELECT max({quote(order)}) AS at FROM {T}.freetime_loads "
                                  "WHERE writer = 'webhooks'") if "writer" in loads else []
             out["webhooks_applied_at"] = rows[0]["at"] if rows else None
         else:
@@ -445,7 +439,7 @@ def freshness(snap: Snapshot) -> dict[str, Any]:
             stamp = next((c for c in ("applied_at", "received_at", "created_at", "fetched_at")
                           if c in wcols), None)
             out["webhooks_applied_at"] = _records(
-                cur, f"SELECT max({_q(stamp)}) AS at FROM {T}.webhook_notifications"
+                cur, f"SELECT max({quote(stamp)}) AS at FROM {T}.webhook_notifications"
             )[0]["at"] if stamp else None
         if columns(cur, A, "demurrage_risk"):
             row = _records(cur, f"SELECT max(as_of) AS as_of, count(*) AS containers "
