@@ -335,25 +335,35 @@ def _zone(name: str) -> dt.tzinfo | None:
         return None
 
 
-def _zones(attrs: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[dt.tzinfo | None]:
-    """Per record, the zone of the first attribute of ``names`` that is set (UTC when none
-    is; None when that one names no zone)."""
-    out: list[dt.tzinfo | None] = []
-    for a in attrs:
-        name = next((a[n] for n in names if a.get(n) is not None), None)
-        out.append(dt.UTC if name is None else _zone(name) if isinstance(name, str) else None)
-    return out
+def _record_zone(attrs: Mapping[str, Any], names: Sequence[str]) -> dt.tzinfo | None:
+    """The zone of the first attribute of ``names`` that is set (UTC when none is; None when
+    that one names no zone)."""
+    for name in names:
+        value = attrs.get(name)
+        if value is not None:
+            return _zone(value) if isinstance(value, str) else None
+    return dt.UTC
 
 
 def _lfd_dates(
-    name: str, values: list[Any], zones: Sequence[dt.tzinfo | None]
+    name: str, values: list[Any], attrs: Sequence[Mapping[str, Any]], zone_names: Sequence[str]
 ) -> dict[str, pa.Array]:
-    """LFD column ``name`` as dates (:func:`_local_date` of each value in its record's zone);
-    a value that names no date is NULL there and kept in ``<name>__raw``."""
-    zoned = list(zip(values, zones, strict=True))
-    return _one_by_one(
-        name, zoned, settings.DATE, lambda vz: _local_date(*vz), lambda vz: _wire_text(vz[0])
-    )
+    """LFD column ``name`` as dates (:func:`_local_date` of each value, an instant in the zone
+    its record names by ``zone_names``); a value that names no date is NULL there and kept
+    in ``<name>__raw``."""
+    dates: list[dt.date | None] = [None] * len(values)
+    raw: list[str | None] = [None] * len(values)
+    for i, v in enumerate(values):
+        if v is None:  # most LFDs are not set: nothing to read
+            continue
+        try:
+            dates[i] = _local_date(v, _record_zone(attrs[i], zone_names))
+        except ValueError:
+            raw[i] = _wire_text(v)
+    cols = {name: pa.array(dates, settings.DATE)}
+    if any(r is not None for r in raw):
+        cols[f"{name}__raw"] = pa.array(raw, pa.string())
+    return cols
 
 
 def _wire_text(value: Any) -> str | None:
@@ -361,11 +371,11 @@ def _wire_text(value: Any) -> str | None:
     return value if isinstance(value, str) else _json_text(value)
 
 
-def _lfd_attribute(name: str, zones: Sequence[dt.tzinfo | None]) -> Reader:
+def _lfd_attribute(name: str, attrs: Sequence[Mapping[str, Any]]) -> Reader:
     """Reads LFD attribute ``name``: its date column, then ``<name>_wire`` (text as sent)."""
 
     def read(values: list[Any]) -> dict[str, pa.Array]:
-        cols = _lfd_dates(name, values, zones)
+        cols = _lfd_dates(name, values, attrs, settings.LFD_ATTRIBUTES[name])
         wire = [_wire_text(v) for v in values]
         cols[name + settings.WIRE_SUFFIX] = pa.array(wire, pa.string())
         return cols
@@ -381,15 +391,16 @@ def _import_deadlines(attrs: Sequence[Mapping[str, Any]]) -> Reader:
         cols = _typed_array("import_deadlines", values, settings.JSON)
         deadlines = [_object(v) for v in values]
         for name, zone_names in settings.IMPORT_DEADLINES.items():
-            values_of = [d.get(name) for d in deadlines]
-            cols.update(_lfd_dates(name, values_of, _zones(attrs, zone_names)))
+            cols.update(_lfd_dates(name, [d.get(name) for d in deadlines], attrs, zone_names))
         pods = [d.get("pod") for d in deadlines]
         cols[settings.HAS_POD_DEADLINES] = pa.array([isinstance(p, dict) for p in pods], pa.bool_())
-        pod_zones = _zones(attrs, settings.POD_ZONE)
+        with_pod = [i for i, p in enumerate(pods) if isinstance(p, dict)]
         for name, (part, field, kind) in settings.POD_DEADLINES.items():
-            pod_values = [_object(_object(p).get(part)).get(field) for p in pods]
+            pod_values: list[Any] = [None] * len(pods)
+            for i in with_pod:  # most containers have no pod object yet
+                pod_values[i] = _object(_object(pods[i]).get(part)).get(field)
             if kind == settings.DATE:
-                cols.update(_lfd_dates(name, pod_values, pod_zones))
+                cols.update(_lfd_dates(name, pod_values, attrs, settings.POD_ZONE))
             else:
                 cols.update(_typed_array(name, pod_values, kind))
         return cols
@@ -412,10 +423,7 @@ def containers_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa
     """One row per container: attributes, each LFD as its local date (with its wire value),
     ``import_deadlines`` whole and split (``pod`` included), relationship ids."""
     attrs = [_attributes(r) for r in records]
-    readers: dict[str, Reader] = {
-        name: _lfd_attribute(name, _zones(attrs, zone_names))
-        for name, zone_names in settings.LFD_ATTRIBUTES.items()
-    }
+    readers = {name: _lfd_attribute(name, attrs) for name in settings.LFD_ATTRIBUTES}
     readers["import_deadlines"] = _import_deadlines(attrs)
     cols = _attribute_columns(
         records,
