@@ -25,6 +25,7 @@ ZONES = ["America/Los_Angeles", "America/New_York", "America/Chicago"]
 PORTS = ["USLAX", "USNYC", "USHOU", "USLGB", "USSAV", "USOAK"]
 SCACS = ["MAEU", "MSCU", "CMDU", "HLCU", "ONEY", "COSU"]
 HOLD_NAMES = ["customs", "freight", "USDA", "TMF"]
+SELECTIONS = ["facility", "line", "line_calculated"]
 
 
 def _rand(seed: int, mod: int) -> pl.Expr:
@@ -36,8 +37,14 @@ def _ts(base: datetime, seconds: pl.Expr) -> pl.Expr:
         pl.Datetime("us", "UTC"))
 
 
+def _day(base: datetime, days: pl.Expr) -> pl.Expr:
+    return (pl.lit(base.date()) + pl.duration(days=days)).cast(pl.Date)
+
+
 def generate(n: int) -> dict[str, pl.LazyFrame]:
-    """Containers, shipments (1 per 3 containers), holds (~10%), fees (~20%), terminals."""
+    """Containers, shipments (1 per 3 containers), holds (~10%), fees (~20%), terminals, shaped
+    as the warehouse a load writes today: LFDs are DATE columns, and a third of the containers
+    carry the POD deadline object's columns."""
     n_ship = max(1, n // 3)
     day = 86_400
     base = datetime(2025, 11, 1, tzinfo=UTC)
@@ -54,10 +61,17 @@ def generate(n: int) -> dict[str, pl.LazyFrame]:
         available_for_pickup=_rand(5, 3) > 0, availability_known=pl.lit(True),
         holds_at_pod_terminal_known=pl.lit(True), fees_at_pod_terminal_known=_rand(6, 5) == 0,
         pod_discharged_at=_ts(base, _rand(7, 20 * day)),
-        pickup_lfd_terminal=pl.when(_rand(8, 10) > 0).then(
-            _ts(base, (_rand(9, 30) * day) + 8 * 3600)),
-        pickup_lfd_line=pl.when(_rand(10, 3) == 0).then(_ts(base, _rand(11, 30) * day + 8 * 3600)),
-        pickup_lfd_rail=pl.when(_rand(4, 5) == 0).then(_ts(base, _rand(12, 30) * day + 6 * 3600)),
+        # LFDs as the warehouse holds them: local calendar dates
+        pickup_lfd_terminal=pl.when(_rand(8, 10) > 0).then(_day(base, _rand(9, 30))),
+        pickup_lfd_line=pl.when(_rand(10, 3) == 0).then(_day(base, _rand(11, 30))),
+        pickup_lfd_rail=pl.when(_rand(4, 5) == 0).then(_day(base, _rand(12, 30))),
+        # a third of the containers carry import_deadlines.pod
+        has_pod_deadlines=_rand(50, 3) == 0,
+        pod_lfd_unified=pl.when(_rand(50, 3) == 0).then(_day(base, _rand(51, 30))),
+        pod_lfd_unified_selection=pl.when(_rand(50, 3) == 0).then(
+            pl.lit(pl.Series(SELECTIONS)).gather(_rand(52, len(SELECTIONS)))),
+        pod_lfd_line_current=pl.when(_rand(50, 3) == 0).then(_day(base, _rand(53, 30))),
+        pod_lfd_facility_current=pl.when(_rand(50, 3) == 0).then(_day(base, _rand(51, 30))),
         pod_rail_departed_at=pl.when(_rand(4, 5) == 0).then(_ts(base, _rand(13, 20 * day))),
         pod_full_out_at=pl.when(_rand(14, 4) == 0).then(_ts(base, _rand(15, 20 * day))),
         pickup_appointment_at=pl.when(_rand(16, 3) == 0).then(_ts(base, _rand(17, 25 * day))),
