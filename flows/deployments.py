@@ -1,6 +1,6 @@
 """Deployments as declared in the top-level ``prefect.yaml``: the one definition.
 
-``freetime serve`` builds its served deployments from that file (:func:`runner_deployments`),
+``freetime serve`` builds its served deployments from that file (:func:`read_deployments`),
 and ``prefect deploy --all`` reads the same file, so the schedules and limits cannot drift
 between the two ways of running. Only the fields this project uses are interpreted: name,
 description, entrypoint, tags, parameters, schedules (cron, interval or rrule, with timezone,
@@ -190,7 +190,3 @@ def read_deployments(path: Path = PREFECT_YAML) -> list[DeploymentSpec]:
         )
     return specs
 
-
-def runner_deployments(path: Path = PREFECT_YAML) -> list[RunnerDeployment]:
-    """prefect.yaml's deployments, ready for ``prefect.serve``."""
-    return [spec.to_runner_deployment() for spec in read_deployments(path)]

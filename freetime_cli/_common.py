@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,6 +67,3 @@ def embedded_sandbox(containers: int | None = None) -> Iterator[tuple[str, str]]
     with SandboxProcess(containers=containers) if containers else SandboxProcess() as sb:
         yield sb.base_url, sb.api_key
 
-
-def is_tty() -> bool:
-    return sys.stderr.isatty()

@@ -20,11 +20,6 @@ DATASET = "terminal49"
 ANALYTICS_SCHEMA = "analytics"
 
 
-def staging_dataset(dataset: str = DATASET) -> str:
-    """The schema where dlt stages a merge of ``dataset`` (dlt's default layout)."""
-    return f"{dataset}_staging"
-
-
 class ConfigError(Exception):
     """A setting is missing or invalid; the message is meant for the user as is."""
 

@@ -22,7 +22,6 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -326,18 +325,6 @@ class GroupCommitter:
     def submit(self, item: Notification, done: Callable[[bool | BaseException], None]) -> None:
         """Queue ``item``; ``done`` is called from the writer thread with the outcome."""
         self._queue.put((item, done))
-
-    def submit_future(self, item: Notification) -> Future[bool]:
-        fut: Future[bool] = Future()
-
-        def done(result: bool | BaseException) -> None:
-            if isinstance(result, BaseException):
-                fut.set_exception(result)
-            else:
-                fut.set_result(result)
-
-        self.submit(item, done)
-        return fut
 
     def _run(self) -> None:
         try:
