@@ -45,6 +45,7 @@ from dlt.pipeline.exceptions import PipelineStepFailed
 from pipelines import history
 from pipelines.config import DATASET, resolve_writer_wait, working_folder
 from pipelines.history.views import create_views as create_history_views
+from pipelines.terminal49 import settings
 from pipelines.terminal49.client import Terminal49Error
 from pipelines.terminal49.docs import apply_comments
 from pipelines.terminal49.flatten import ColumnTypes
@@ -503,8 +504,7 @@ def _align_target(
     con: duckdb.DuckDBPyConnection, table: str, incoming: Mapping[str, str]
 ) -> None:
     """Create ``terminal49.<table>`` like the incoming rows, or give it their new columns and
-    types (a declared type that changed, e.g. an LFD that became a DATE: values that do not
-    convert become NULL, and the load that changes the type rewrites every row it lists)."""
+    types (a declared type that changed: see :func:`_converted`)."""
     target = column_types(con, DATASET, table)
     cols = {c: t for c, t in incoming.items() if c not in _NOT_PUBLISHED}
     name = f"{quote(DATASET)}.{quote(table)}"
@@ -516,10 +516,47 @@ def _align_target(
         if column not in target:
             con.execute(f"ALTER TABLE {name} ADD COLUMN {quote(column)} {typ}")
         elif target[column] != typ:
-            con.execute(
-                f"ALTER TABLE {name} ALTER {quote(column)} TYPE {typ} "
-                f"USING TRY_CAST({quote(column)} AS {typ})"
-            )
+            using = _converted(con, table, column, target, typ)
+            con.execute(f"ALTER TABLE {name} ALTER {quote(column)} TYPE {typ} USING {using}")
+
+
+def _converted(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    column: str,
+    target: Mapping[str, str],
+    typ: str,
+) -> str:
+    """How the rows a warehouse holds take a declared column's new type ``typ``.
+
+    An LFD an older warehouse holds as an instant (TIMESTAMPTZ) becomes the calendar date of
+    that instant in its record's zone, as a load reads an instant LFD (:mod:`.flatten`): in
+    UTC, local midnight east of UTC falls on the day before, and a one-day LFD change that
+    never happened would enter history. Other values are cast; one that does not convert
+    becomes NULL.
+    """
+    cast = f"TRY_CAST({quote(column)} AS {typ})"
+    zone_names = settings.LFD_ZONES.get(column) if table == "containers" else None
+    if not zone_names or typ != "DATE" or target[column] != "TIMESTAMP WITH TIME ZONE":
+        return cast
+    zone = "coalesce(" + ", ".join([*(quote(z) for z in zone_names if z in target), "'UTC'"]) + ")"
+    names = [r[0] for r in con.execute(
+        f"SELECT DISTINCT {zone} FROM {quote(DATASET)}.{quote(table)}").fetchall()]
+    known = [n for n in names if _duckdb_zone(con, n)]
+    if not known:  # no record names a zone DuckDB knows: none of its instants names a date
+        return f"CAST(NULL AS {typ})"
+    listed = ", ".join("'" + n.replace("'", "''") + "'" for n in known)
+    # a zone name DuckDB does not know gives NULL, as a load gives an instant in an unknown zone
+    local = f"CAST(timezone({zone}, {quote(column)}) AS DATE)"
+    return f"CASE WHEN {zone} IN ({listed}) THEN {local} END"
+
+
+def _duckdb_zone(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    try:
+        con.execute("SELECT timezone(?, TIMESTAMPTZ '2000-01-01 00:00:00+00')", [name])
+    except duckdb.Error:
+        return False
+    return True
 
 
 def _merge_table(

@@ -199,3 +199,35 @@ def test_every_lfd_column_has_its_comment(warehouse: duckdb.DuckDBPyConnection) 
         "pod_terminal_id", "fetched_at",  # and the columns documented before them
     ]
     assert [c for c in documented if not comments[c]] == []
+
+
+def test_an_older_warehouse_keeps_its_lfds_as_the_same_local_dates(tmp_path: Any) -> None:
+    """A warehouse from before LFDs were dates holds them as instants (local midnight in UTC).
+    The load that migrates the columns gives every row its local date, the rows it does not
+    list too, and history records no LFD change that never happened (east of UTC, local
+    midnight falls on the UTC day before)."""
+    from conftest import LoopbackServer
+
+    db = tmp_path / "w.duckdb"
+    containers = _containers()
+    with LoopbackServer(_serve(containers)) as server:
+        run_load(db, ApiSettings(base_url=server.base_url, api_key=KEY))
+    select = f"SELECT id, {', '.join(DATE_COLUMNS)} FROM terminal49.containers ORDER BY id"
+    with duckdb.connect(str(db)) as con:
+        before = _one(con, select)
+        for c in DATE_COLUMNS:  # as an older load wrote them (each fixture has one zone)
+            con.execute(f"ALTER TABLE terminal49.containers ALTER {c} TYPE TIMESTAMPTZ USING "
+                        f"timezone(coalesce(pod_timezone, 'UTC'), CAST({c} AS TIMESTAMP))")
+        assert _one(con, "SELECT pickup_lfd FROM terminal49.containers WHERE id = 'bare-2'") \
+            == [(dt.datetime(2026, 9, 23, 18, 30, tzinfo=dt.UTC),)]  # Kolkata's midnight
+    listed = [c for c in containers if c["id"] == "instant-2"]  # the rest is not listed again
+    with LoopbackServer(_serve(listed)) as server:
+        migrating = run_load(db, ApiSettings(base_url=server.base_url, api_key=KEY))
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert {c: t for c, t in _types(con).items() if c in DATE_COLUMNS} \
+            == dict.fromkeys(DATE_COLUMNS, "DATE")
+        assert _one(con, select) == before
+        changes = _one(con, "SELECT entity_id, field, old_value, new_value "
+                            "FROM terminal49.history WHERE load_id = ? AND list_contains(?, field)",
+                       migrating.load_id, list(DATE_COLUMNS))
+    assert changes == []

@@ -117,6 +117,12 @@ POD_DEADLINES: dict[str, tuple[str, str, pa.DataType]] = {
     "pod_lfd_unified_original": ("unified", "original_value", DATE),
     "pod_lfd_unified_original_selection": ("unified", "original_selection", pa.string()),
 }
+# Every container LFD column (a DATE) and the attributes naming the zone its instants are read in.
+LFD_ZONES: dict[str, tuple[str, ...]] = {
+    **LFD_ATTRIBUTES,
+    **IMPORT_DEADLINES,
+    **{name: POD_ZONE for name, (_, _, kind) in POD_DEADLINES.items() if kind == DATE},
+}
 # Arrays that become child tables; the container row keeps whether the API reported them.
 CONTAINER_CHILD_ARRAYS = ("holds_at_pod_terminal", "fees_at_pod_terminal")
 CONTAINER_RELATIONSHIPS = ("shipment", "pod_terminal", "pickup_facility")
