@@ -447,7 +447,7 @@ def _publish_load(
     if scan is not None:
         for listed, children in LISTED.items():
             if listed in scan.complete_lists and listed in present:
-                _remove_unlisted(con, inc, listed, children, load_id, scan.started_at, out)
+                _remove_unlisted(con, inc, listed, children, load_id, scan.started_at, out, ctx)
     for table in present:
         if not table.startswith("_dlt_"):
             con.execute(
@@ -661,9 +661,11 @@ def _remove_unlisted(
     load_id: str,
     scan_started: dt.datetime,
     out: Published,
+    ctx: history.Context,
 ) -> None:
     """After a complete full scan: remove the records of ``table`` (and their children) that
-    the API no longer lists, unless they were written after the scan started."""
+    the API no longer lists, unless they were written after the scan started; history
+    records each removal."""
     dst = f"{quote(DATASET)}.{quote(table)}"
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE _gone AS SELECT id FROM {dst} t "
@@ -671,6 +673,7 @@ def _remove_unlisted(
         "WHERE i._dlt_load_id = ? AND i.id = t.id)",
         [scan_started, load_id],
     )
+    history.record_removed(con, table, ctx, scan_started)
     removed = _count(con, f"DELETE FROM {dst} WHERE id IN (SELECT id FROM _gone)")
     out.add(out.removed, table, removed)
     for child in children:

@@ -122,7 +122,13 @@ def test_a_full_load_removes_what_the_api_no_longer_lists(tmp_path: Path) -> Non
             left = con.execute(
                 "SELECT count(*) FROM terminal49.container_fees WHERE container_id = ?", [gone]
             ).fetchall()
+            # and history keeps that it happened, in that load
+            removal = con.execute(
+                "SELECT entity, field, old_value, new_value, how, load_id "
+                "FROM terminal49.history WHERE entity_id = ? AND field = 'listed'", [gone]
+            ).fetchall()
         assert left == [(0,)]
+        assert removal == [("container", "listed", "true", "false", "full", summary.load_id)]
         assert_equals_ground_truth(db, sb.ground_truth())
 
 

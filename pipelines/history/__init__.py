@@ -13,7 +13,9 @@ Contract:
 - tracked container fields (:func:`tracked_columns`): every column with ``lfd`` in its name
   (the wire copies ``*_wire`` and unparsed ``*__raw`` excepted) and :data:`CONTAINER_FIELDS`;
   holds as ``hold:<name>`` (value: the hold's status; NULL when it is not listed), fees as
-  ``fee:<type>`` (value: the amount); shipment fields :data:`SHIPMENT_FIELDS`.
+  ``fee:<type>`` (value: the amount); shipment fields :data:`SHIPMENT_FIELDS`;
+- a record that a complete full scan no longer finds, and that the load removes, adds one row:
+  field ``listed``, from ``true`` to ``false`` (:func:`record_removed`).
 
 This module never imports :mod:`pipelines.write` (which calls it).
 """
@@ -193,6 +195,23 @@ def record_children(
         WHERE old.v IS DISTINCT FROM new.v
     """
     return _count(con.execute(sql, [ctx.how, ctx.load_id]))
+
+
+def record_removed(
+    con: duckdb.DuckDBPyConnection, table: str, ctx: Context, scanned_at: dt.datetime
+) -> int:
+    """Append a ``listed`` change (``true`` to ``false``) for each id in temp table ``_gone``:
+    the records of ``table`` the complete full scan that started at ``scanned_at`` (this
+    machine's clock) no longer found. Call before they are deleted. Returns rows appended."""
+    if table not in ENTITY:
+        return 0
+    ensure_table(con)
+    sql = f"""
+        INSERT INTO {q(DATASET)}.{HISTORY_TABLE}
+        SELECT '{ENTITY[table]}', id, 'listed', 'true', 'false', ?, ?, ?, NULL, ? FROM _gone
+    """
+    observed = scanned_at + ctx.clock_offset
+    return _count(con.execute(sql, [observed, scanned_at, ctx.how, ctx.load_id]))
 
 
 def _count(cur: duckdb.DuckDBPyConnection) -> int:

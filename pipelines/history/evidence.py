@@ -227,6 +227,7 @@ LABELS = {
     "empty_terminated_at": "empty returned",
     "pod_arrived_at": "vessel arrived",
     "pod_terminal_id": "terminal",
+    "listed": "listed by the API",
 }
 
 
