@@ -272,3 +272,25 @@ def test_first_call_during_a_write_says_retry(warehouse: Path, tmp_path: Path) -
     with mcp_server(db) as base, writing(db):
         r = call(base + "/mcp", "warehouse_freshness")
     assert r.is_error and "being written, retry in a few seconds" in r.content[0].text
+
+
+def test_a_killed_server_leaves_no_copy_behind_the_next_one(
+    warehouse: Path, tmp_path: Path
+) -> None:
+    """A server killed with SIGKILL cannot delete its copy of the warehouse; the next server
+    deletes the copies of servers that are gone, and keeps its own."""
+    from freetime_cli.mcp_cmd import serving
+
+    env = {"TMPDIR": str(tmp_path)}
+    with serving(warehouse, env=env) as (base, proc):
+        call(base + "/mcp", "warehouse_freshness")
+        orphaned = list(tmp_path.glob("freetime-mcp-*"))
+        assert len(orphaned) == 1 and any(orphaned[0].rglob("*.duckdb"))
+        proc.kill()
+        proc.wait()
+    assert orphaned[0].exists()
+    with serving(warehouse, env=env) as (base, proc):
+        call(base + "/mcp", "warehouse_freshness")
+        left = list(tmp_path.glob("freetime-mcp-*"))
+        assert not orphaned[0].exists()
+        assert [p.name.startswith(f"freetime-mcp-{proc.pid}-") for p in left] == [True]

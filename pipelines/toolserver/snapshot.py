@@ -19,6 +19,7 @@ same question gets the same answer until the next snapshot replaces it.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -48,6 +49,31 @@ SAFE_CONFIG: dict[str, Any] = {
 CACHED_ANSWERS = 256
 
 BUSY_MESSAGE = "the warehouse is being written, retry in a few seconds"
+#: Prefix of each server's folder of copies in the temporary directory; the pid follows.
+COPIES_PREFIX = "freetime-mcp-"
+
+
+def remove_orphaned_copies(parent: Path | None = None) -> list[Path]:
+    """Delete the folders of copies whose server process is gone (a server killed without
+    its cleanup leaves a whole warehouse copy behind); return them. ``parent``: the
+    temporary directory by default."""
+    removed = []
+    for folder in Path(parent or tempfile.gettempdir()).glob(f"{COPIES_PREFIX}*-*"):
+        pid = folder.name[len(COPIES_PREFIX):].split("-", 1)[0]
+        if folder.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 class WarehouseBusy(WarehouseError):
@@ -130,7 +156,8 @@ class SnapshotReader:
         self.prepare = prepare
         self.first_wait = first_wait
         self.recheck = recheck
-        self._dir = Path(tempfile.mkdtemp(prefix="freetime-mcp-"))
+        remove_orphaned_copies()
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{COPIES_PREFIX}{os.getpid()}-"))
         self._lock = threading.Condition()
         self._current: Snapshot | None = None
         self._refreshing = False
