@@ -53,17 +53,13 @@ BUSY_MESSAGE = "the warehouse is being written, retry in a few seconds"
 COPIES_PREFIX = "freetime-mcp-"
 
 
-def remove_orphaned_copies(parent: Path | None = None) -> list[Path]:
-    """Delete the folders of copies whose server process is gone (a server killed without
-    its cleanup leaves a whole warehouse copy behind); return them. ``parent``: the
-    temporary directory by default."""
-    removed = []
-    for folder in Path(parent or tempfile.gettempdir()).glob(f"{COPIES_PREFIX}*-*"):
+def remove_orphaned_copies() -> None:
+    """Delete the folders of copies in the temporary directory whose server process is gone:
+    a server killed without its cleanup leaves a whole warehouse copy behind."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{COPIES_PREFIX}*-*"):
         pid = folder.name[len(COPIES_PREFIX):].split("-", 1)[0]
         if folder.is_dir() and pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-    return removed
 
 
 def _alive(pid: int) -> bool:
@@ -71,8 +67,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process
-        return True
+    except PermissionError:  # another user's process: alive
+        pass
     return True
 
 
