@@ -205,11 +205,11 @@ def test_an_older_warehouse_keeps_its_lfds_as_the_same_local_dates(tmp_path: Any
     """A warehouse from before LFDs were dates holds them as instants (local midnight in UTC).
     The load that migrates the columns gives every row its local date, the rows it does not
     list too, and history records no LFD change that never happened (east of UTC, local
-    midnight falls on the UTC day before)."""
+    midnight falls on the UTC day before). A zone name no one knows does not stop it."""
     from conftest import LoopbackServer
 
     db = tmp_path / "w.duckdb"
-    containers = _containers()
+    containers = [*_containers(), _container("odd-zone", "Mars/Olympus_Mons", None)]
     with LoopbackServer(_serve(containers)) as server:
         run_load(db, ApiSettings(base_url=server.base_url, api_key=KEY))
     select = f"SELECT id, {', '.join(DATE_COLUMNS)} FROM terminal49.containers ORDER BY id"
@@ -217,7 +217,8 @@ def test_an_older_warehouse_keeps_its_lfds_as_the_same_local_dates(tmp_path: Any
         before = _one(con, select)
         for c in DATE_COLUMNS:  # as an older load wrote them (each fixture has one zone)
             con.execute(f"ALTER TABLE terminal49.containers ALTER {c} TYPE TIMESTAMPTZ USING "
-                        f"timezone(coalesce(pod_timezone, 'UTC'), CAST({c} AS TIMESTAMP))")
+                        f"CASE WHEN {c} IS NOT NULL THEN timezone(coalesce(pod_timezone, 'UTC'), "
+                        f"CAST({c} AS TIMESTAMP)) END")
         assert _one(con, "SELECT pickup_lfd FROM terminal49.containers WHERE id = 'bare-2'") \
             == [(dt.datetime(2026, 9, 23, 18, 30, tzinfo=dt.UTC),)]  # Kolkata's midnight
     listed = [c for c in containers if c["id"] == "instant-2"]  # the rest is not listed again
