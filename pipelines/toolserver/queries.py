@@ -122,11 +122,8 @@ def _public(cols: Sequence[str]) -> list[str]:
 def _columns(snap: Snapshot, schema: str, table: str) -> list[str]:
     """:func:`columns`, remembered for the snapshot."""
     def read() -> list[str]:
-        cur = snap.con.cursor()
-        try:
+        with snap.con.cursor() as cur:
             return columns(cur, schema, table)
-        finally:
-            cur.close()
 
     cols: list[str] = snap.cached(("columns", schema, table), read)
     return cols
@@ -207,8 +204,7 @@ def containers_at_risk(
         params.append(customer.strip().lower())
     where = " AND ".join(f"coalesce({c}, false)" for c in cond)
     show = ", ".join(quote(c) for c in RISK_LIST_COLUMNS if c in have)
-    cur = snap.con.cursor()
-    try:
+    with snap.con.cursor() as cur:
         rows = _records(cur, f"SELECT {show} FROM {RANKED} WHERE {where} "
                              f"ORDER BY urgency_rank LIMIT {int(limit)}", params)
         matching, projected, accrued = cur.execute(
@@ -216,8 +212,6 @@ def containers_at_risk(
             f"coalesce(sum(accrued_demurrage), 0) FROM {RANKED} WHERE {where}", params
         ).fetchone() or (0, 0, 0)
         as_of = cur.execute(f"SELECT max(as_of) FROM {RANKED}").fetchone()
-    finally:
-        cur.close()
     return {
         "as_of": jsonable(as_of[0] if as_of else None),
         "levels": lv,
@@ -248,8 +242,7 @@ def get_container(snap: Snapshot, container: str) -> dict[str, Any]:
         raise ValueError("give a container number (e.g. MSCU1234567) or a container id")
     if not _columns(snap, T, "containers"):
         raise NotFound("the warehouse has no containers yet: run `freetime load`")
-    cur = snap.con.cursor()
-    try:
+    with snap.con.cursor() as cur:
         attrs = (_row(snap, cur, T, "containers", "number", key.upper())
                  or _row(snap, cur, T, "containers", "id", key))
         if attrs is None:
@@ -260,8 +253,6 @@ def get_container(snap: Snapshot, container: str) -> dict[str, Any]:
         shipment = _row(snap, cur, T, "shipments", "id", sid) if sid else None
         holds = _children(snap, cur, "container_holds", cid)
         fees = _children(snap, cur, "container_fees", cid)
-    finally:
-        cur.close()
     lfds: dict[str, Any] = {c: attrs[c] for c in attrs if "lfd" in c or c == "import_deadlines"}
     binding = None
     if risk is not None:
@@ -315,12 +306,9 @@ def summarize_containers(
     where = f"WHERE risk_level IN ({', '.join('?' for _ in lv)})" if lv else ""
     source = f"(SELECT * FROM {RISK} {where})"
     sql = exposure_sql(source, GROUP_KEYS[group_by])
-    cur = snap.con.cursor()
-    try:
+    with snap.con.cursor() as cur:
         groups = _records(cur, sql, lv)
         as_of = cur.execute(f"SELECT max(as_of) FROM {RISK}").fetchone()
-    finally:
-        cur.close()
     return {
         "as_of": jsonable(as_of[0] if as_of else None),
         "group_by": group_by,
@@ -337,14 +325,11 @@ def summarize_containers(
 def lfd_calendar(snap: Snapshot, days: int = 14) -> dict[str, Any]:
     """Active boxes whose binding LFD falls on each of the next ``days`` days (today first)."""
     _require_risk(snap)
-    cur = snap.con.cursor()
-    try:
+    with snap.con.cursor() as cur:
         rows = _records(cur, lfd_calendar_sql(RISK, None, days))
         as_of = cur.execute(f"SELECT max(as_of) FROM {RISK}").fetchone()
         overdue = cur.execute(
             f"SELECT count(*) FROM {RISK} WHERE risk_level = 'overdue'").fetchone()
-    finally:
-        cur.close()
     return {"as_of": jsonable(as_of[0] if as_of else None), "days": rows,
             "overdue_before_today": int(overdue[0]) if overdue else 0}
 
@@ -389,11 +374,8 @@ def search_container(snap: Snapshot, query: str, limit: int = 25) -> dict[str, A
             coalesce(k.refs, []) AS matching_reference_numbers
         FROM k JOIN {T}.containers c ON c.id = k.container_id {join} {rjoin}
         ORDER BY k.rank <> 1, container_number LIMIT $lim"""
-    cur = snap.con.cursor()
-    try:
+    with snap.con.cursor() as cur:
         rows = _records(cur, sql, {"q": q, "upper": upper, "lim": limit + 1})
-    finally:
-        cur.close()
     return {"query": query, "returned": min(len(rows), limit), "more": len(rows) > limit,
             "containers": rows[:limit]}
 
@@ -402,8 +384,7 @@ def search_container(snap: Snapshot, query: str, limit: int = 25) -> dict[str, A
 def freshness(snap: Snapshot) -> dict[str, Any]:
     """When the warehouse was last written (loads full or incremental, webhooks applied) and
     the instant the published risk is computed at."""
-    cur = snap.con.cursor()
-    try:
+    with snap.con.cursor() as cur:
         out: dict[str, Any] = {"snapshot_taken_at": jsonable(
             datetime.fromtimestamp(snap.taken_at, UTC))}
         loads = columns(cur, T, "freetime_loads")
@@ -448,16 +429,13 @@ def freshness(snap: Snapshot) -> dict[str, Any]:
             out["risk_containers"] = row["containers"]
         else:
             out["risk_as_of"] = None
-    finally:
-        cur.close()
     return out
 
 
 # -- resources -----------------------------------------------------------------------------
 def schema_text(snap: Snapshot) -> str:
     """The warehouse's tables and columns with their types and comments, as Markdown."""
-    cur = snap.con.cursor()
-    try:
+    with snap.con.cursor() as cur:
         tables = cur.execute(
             "SELECT schema_name, table_name, comment FROM duckdb_tables() WHERE schema_name IN "
             "(?, ?) UNION ALL SELECT schema_name, view_name, comment FROM duckdb_views() WHERE "
@@ -466,8 +444,6 @@ def schema_text(snap: Snapshot) -> str:
             "SELECT schema_name, table_name, column_name, data_type, comment FROM "
             "duckdb_columns() WHERE schema_name IN (?, ?) ORDER BY schema_name, table_name, "
             "column_index", [T, A]).fetchall()
-    finally:
-        cur.close()
     by_table: dict[tuple[str, str], list[tuple[str, str, str | None]]] = {}
     for s, t, c, typ, com in cols:
         by_table.setdefault((s, t), []).append((c, typ, com))

@@ -260,11 +260,8 @@ def build_server(
         cap = min(max_rows, row_cap)
 
         def run(snap: Snapshot) -> dict[str, Any]:
-            cur = snap.con.cursor()
-            try:
+            with snap.con.cursor() as cur:
                 res = run_query(cur, sql, max_rows=cap, timeout_seconds=sql_timeout)
-            finally:
-                cur.close()
             return {"columns": res.columns, "types": res.types,
                     "rows": [[queries.jsonable(v) for v in r] for r in res.rows],
                     "row_count": len(res.rows), "truncated": res.truncated, "max_rows": cap}
