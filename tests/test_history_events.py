@@ -60,3 +60,21 @@ def test_events_are_asked_for_changed_containers_only(tmp_path: Path) -> None:
             # nothing changed since: the next run asks for nothing
             assert asked == set()
             assert fetch_transport_events(path, client).requests == 0
+
+
+def test_events_are_asked_for_the_containers_at_risk(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    from pipelines.analytics import AT_RISK_LEVELS, publish_risk
+
+    path = tmp_path / "w.duckdb"
+    clock = "2026-11-20T12:00:00Z"
+    with SandboxProcess(containers=200, seed=11, clock=clock) as sb:
+        run_load(path, ApiSettings(base_url=sb.base_url, api_key=sb.api_key,
+                                   rate_limit_per_minute=100_000), full=True)
+    publish_risk(path, as_of=datetime.fromisoformat(clock.replace("Z", "+00:00")))
+    levels = ", ".join(f"'{x}'" for x in AT_RISK_LEVELS)
+    at_risk = {r[0] for r in rows(path, "SELECT container_id FROM analytics.demurrage_risk "
+                                        f"WHERE risk_level IN ({levels})")}
+    assert at_risk  # the account has boxes at risk at that moment
+    assert set(containers_needing_events(path, 10_000)) == at_risk

@@ -4,8 +4,8 @@ Contract of :func:`fetch_transport_events`:
 - **which containers**: those whose milestones (:data:`MILESTONES`) changed in a load or
   webhook published since the previous fetch and that freetime knew before that change (a
   first sighting is no change: the first full load of an account asks for nothing), plus the
-  containers the published risk run marks overdue or high; at most ``max_containers``, so a
-  run never asks for every container of the account;
+  containers the published risk run marks at risk (``AT_RISK_LEVELS``); at most
+  ``max_containers``, so a run never asks for every container of the account;
 - one ``GET /containers/{id}/transport_events`` per container through the rate-limited
   client; a container the API no longer knows (404) is skipped;
 - the events are merged into ``terminal49.transport_events`` (the table the
@@ -28,6 +28,7 @@ import dlt
 import pyarrow as pa
 from dlt.sources import DltResource
 
+from pipelines.analytics.risk import AT_RISK_LEVELS
 from pipelines.config import DATASET
 from pipelines.history import HISTORY_TABLE, q
 from pipelines.terminal49 import flatten, settings
@@ -50,7 +51,6 @@ MILESTONES = (
     "final_destination_full_out_at",
     "empty_terminated_at",
 )
-AT_RISK = ("overdue", "high")
 
 
 @dataclass
@@ -90,7 +90,7 @@ def containers_needing_events(path: Path, max_containers: int = MAX_CONTAINERS) 
         if {"container_id", "risk_level"} <= set(
             column_types(con, "analytics", "demurrage_risk")
         ):
-            levels = ", ".join(f"'{x}'" for x in AT_RISK)
+            levels = ", ".join(f"'{x}'" for x in AT_RISK_LEVELS)
             risky = [
                 r[0]
                 for r in con.execute(
