@@ -102,27 +102,28 @@ def _one_value(v: Any, kind: pa.DataType) -> Any:
 def _values_one_by_one(name: str, values: list[Any], kind: pa.DataType) -> dict[str, pa.Array]:
     """The column value by value: what reads as ``kind`` lands typed; any other value is kept
     as text in ``<name>__raw`` (NULL in the typed column) rather than lost or truncated."""
-    return _one_by_one(name, values, kind, lambda v: _one_value(v, kind), _json_text)
+    return _one_by_one(name, values, kind, lambda _, v: _one_value(v, kind), _json_text)
 
 
 def _one_by_one(
     name: str,
     values: list[Any],
     kind: pa.DataType,
-    read: Callable[[Any], Any],
+    read: Callable[[int, Any], Any],
     as_text: Callable[[Any], str | None],
 ) -> dict[str, pa.Array]:
-    """``read`` each value (ValueError: it cannot be); the column, plus ``<name>__raw`` with
-    ``as_text`` of the values that could not be read when there are any."""
-    typed: list[Any] = []
-    raw: list[str | None] = []
-    for v in values:
+    """``read(i, value)`` of each value that is not NULL (ValueError: it cannot be); the column,
+    plus ``<name>__raw`` with ``as_text`` of the values that could not be read when there are
+    any."""
+    typed: list[Any] = [None] * len(values)
+    raw: list[str | None] = [None] * len(values)
+    for i, v in enumerate(values):
+        if v is None:  # NULL reads as NULL; in most columns most values are
+            continue
         try:
-            typed.append(read(v))
-            raw.append(None)
+            typed[i] = read(i, v)
         except ValueError:
-            typed.append(None)
-            raw.append(as_text(v))
+            raw[i] = as_text(v)
     cols = {name: pa.array(typed, kind)}
     if any(r is not None for r in raw):
         cols[f"{name}__raw"] = pa.array(raw, pa.string())
@@ -138,7 +139,7 @@ def _instant(v: Any) -> dt.datetime | None:
 
 
 def _timestamps_one_by_one(name: str, values: list[Any], kind: pa.DataType) -> dict[str, pa.Array]:
-    return _one_by_one(name, values, kind, _instant, _text)
+    return _one_by_one(name, values, kind, lambda _, v: _instant(v), _text)
 
 
 def _infer_array(values: list[Any]) -> pa.Array | None:
@@ -351,19 +352,11 @@ def _lfd_dates(
     """LFD column ``name`` as dates (:func:`_local_date` of each value, an instant in the zone
     its record names by ``zone_names``); a value that names no date is NULL there and kept
     in ``<name>__raw``."""
-    dates: list[dt.date | None] = [None] * len(values)
-    raw: list[str | None] = [None] * len(values)
-    for i, v in enumerate(values):
-        if v is None:  # most LFDs are not set: nothing to read
-            continue
-        try:
-            dates[i] = _local_date(v, _record_zone(attrs[i], zone_names))
-        except ValueError:
-            raw[i] = _wire_text(v)
-    cols = {name: pa.array(dates, settings.DATE)}
-    if any(r is not None for r in raw):
-        cols[f"{name}__raw"] = pa.array(raw, pa.string())
-    return cols
+
+    def read(i: int, value: Any) -> dt.date | None:
+        return _local_date(value, _record_zone(attrs[i], zone_names))
+
+    return _one_by_one(name, values, settings.DATE, read, _wire_text)
 
 
 def _wire_text(value: Any) -> str | None:
