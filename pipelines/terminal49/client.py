@@ -165,11 +165,8 @@ def _retry_after_seconds(value: str | None, default: float) -> float:
         return max(float(value), 0.0)
     except ValueError:
         pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-        return max(when.timestamp() - time.time(), 0.0)
-    except (TypeError, ValueError):
-        return default
+    when = _http_date(value)
+    return max(when.timestamp() - time.time(), 0.0) if when else default
 
 
 def _connect_reason(exc: httpx.TransportError) -> str:
