@@ -86,23 +86,27 @@ def main() -> None:
     write_module.publish = timed_publish  # type: ignore[assignment]
     tmp = Path(tempfile.mkdtemp(prefix="bench-history-"))
     try:
-        with SandboxProcess(containers=args.containers, seed=49, clock=CLOCK,
-                            startup_timeout=900) as sb:
-            api = ApiSettings(base_url=sb.base_url, api_key=sb.api_key,
-                              rate_limit_per_minute=1_000_000)
+        with SandboxProcess(
+            containers=args.containers, seed=49, clock=CLOCK, startup_timeout=900
+        ) as sb:
+            api = ApiSettings(
+                base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=1_000_000
+            )
             base = tmp / "base.duckdb"
             t = time.monotonic()
             run_load(base, api, full=True)
             full_s = time.monotonic() - t
             first = history_rows(base)
-            print(f"full load of {args.containers:,} containers: {full_s:.1f}s, "
-                  f"{first:,} history rows (first versions), "
-                  f"{base.stat().st_size / 1e6:.1f} MB")
+            print(
+                f"full load of {args.containers:,} containers: {full_s:.1f}s, "
+                f"{first:,} history rows (first versions), "
+                f"{base.stat().st_size / 1e6:.1f} MB"
+            )
             changed = sb.advance(hours=args.hours)["changed_containers"]
             print(f"advanced {args.hours:g}h: {changed:,} containers changed")
             results: dict[bool, list[tuple[float, float, int, int]]] = {True: [], False: []}
             for r in range(args.repeat):
-                for on in ((True, False) if r % 2 == 0 else (False, True)):
+                for on in (True, False) if r % 2 == 0 else (False, True):
                     path = tmp / f"run-{r}-{int(on)}.duckdb"
                     shutil.copy(base, path)
                     set_history(on)
@@ -110,27 +114,39 @@ def main() -> None:
                     t = time.monotonic()
                     run_load(path, api)
                     seconds = time.monotonic() - t
-                    results[on].append((seconds, sum(publish_seconds), path.stat().st_size,
-                                        history_rows(path) - first))
+                    results[on].append(
+                        (
+                            seconds,
+                            sum(publish_seconds),
+                            path.stat().st_size,
+                            history_rows(path) - first,
+                        )
+                    )
                     if r < args.repeat - 1:
                         path.unlink()
         set_history(True)
         best = {on: min(rs) for on, rs in results.items()}
         for on in (False, True):
             s, p, size, added = best[on]
-            print(f"incremental load, history {'on ' if on else 'off'}: {s:.2f}s "
-                  f"(publish {p:.2f}s), file {size / 1e6:.1f} MB, history rows added {added:,}")
+            print(
+                f"incremental load, history {'on ' if on else 'off'}: {s:.2f}s "
+                f"(publish {p:.2f}s), file {size / 1e6:.1f} MB, history rows added {added:,}"
+            )
         (s_on, p_on, size_on, added), (s_off, p_off, size_off, _) = best[True], best[False]
-        print(f"history adds {100 * (s_on / s_off - 1):+.1f}% to the load "
-              f"({100 * (p_on / p_off - 1):+.1f}% to its publish), "
-              f"{(size_on - size_off) / 1e6:+.1f} MB to the file")
+        print(
+            f"history adds {100 * (s_on / s_off - 1):+.1f}% to the load "
+            f"({100 * (p_on / p_off - 1):+.1f}% to its publish), "
+            f"{(size_on - size_off) / 1e6:+.1f} MB to the file"
+        )
         last = max(tmp.glob(f"run-{args.repeat - 1}-1.duckdb"))
         per_row = bytes_per_history_row(last, tmp)
         per_hour = added / args.hours
         year_rows = per_hour * 8760
-        print(f"history: {per_row:.1f} bytes per row in DuckDB; {per_hour:,.0f} rows per hour "
-              f"-> {year_rows / 1e6:,.1f} M rows, {year_rows * per_row / 1e9:.2f} GB a year "
-              f"(plus {first * per_row / 1e6:.0f} MB of first versions)")
+        print(
+            f"history: {per_row:.1f} bytes per row in DuckDB; {per_hour:,.0f} rows per hour "
+            f"-> {year_rows / 1e6:,.1f} M rows, {year_rows * per_row / 1e9:.2f} GB a year "
+            f"(plus {first * per_row / 1e6:.0f} MB of first versions)"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -72,9 +72,19 @@ print(json.dumps({"seconds": time.monotonic() - t, "extract_seconds": s.extract_
 
 def run_loader(sb: SandboxProcess, db: Path, rate: float = 1e9, full: bool = False) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-c", LOADER, sb.base_url, sb.api_key, str(db), str(rate),
-         "full" if full else "auto"],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-c",
+            LOADER,
+            sb.base_url,
+            sb.api_key,
+            str(db),
+            str(rate),
+            "full" if full else "auto",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if proc.returncode != 0:
         raise SystemExit(f"loader failed:\n{proc.stderr[-3000:]}")
@@ -106,7 +116,8 @@ def scan_alone(base_url: str, key: str) -> float:
     """A full load's scan (paging, parsing and flattening in the client's threads) with nothing
     written: seconds."""
     client = Terminal49Client.for_api(
-        ApiSettings(base_url=base_url, api_key=key, rate_limit_per_minute=1e9))
+        ApiSettings(base_url=base_url, api_key=key, rate_limit_per_minute=1e9)
+    )
     claims, started = Claims(), time.monotonic()
     try:
         for spec in full_lists():
@@ -126,8 +137,11 @@ def differences(db: Path, truth: dict[str, Any]) -> Counter[str]:
             want = {r["id"] for r in truth[key]}
             found[f"{table} missing"] = len(want - ids)
             found[f"{table} extra"] = len(ids - want)
-        holds = Counter(con.execute(
-            "SELECT container_id, name, status FROM terminal49.container_holds").fetchall())
+        holds = Counter(
+            con.execute(
+                "SELECT container_id, name, status FROM terminal49.container_holds"
+            ).fetchall()
+        )
         status = dict(
             con.execute("SELECT id, current_status FROM terminal49.containers").fetchall()
         )
@@ -143,8 +157,10 @@ def differences(db: Path, truth: dict[str, Any]) -> Counter[str]:
 
 
 def bench_speed(n: int, repeat: int) -> dict:
-    with SandboxProcess(containers=n, seed=7, clock=CLOCK) as sb, \
-            tempfile.TemporaryDirectory() as tmp:
+    with (
+        SandboxProcess(containers=n, seed=7, clock=CLOCK) as sb,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         bare, scans, loads = [], [], []
         for k in range(repeat):
             bare.append(bare_download(sb.base_url, sb.api_key)[0])
@@ -170,9 +186,16 @@ def bench_speed(n: int, repeat: int) -> dict:
 
 def bench_sync(n: int, rate: float = 1e9) -> dict:
     """A full load, an hour of the clock, an incremental load: requests, time, correctness."""
-    with SandboxProcess(containers=n, seed=21, clock=CLOCK, active_share=0.1,
-                        rate_limit=int(rate) if rate < 1e9 else 0) as sb, \
-            tempfile.TemporaryDirectory() as tmp:
+    with (
+        SandboxProcess(
+            containers=n,
+            seed=21,
+            clock=CLOCK,
+            active_share=0.1,
+            rate_limit=int(rate) if rate < 1e9 else 0,
+        ) as sb,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         db = Path(tmp) / "w.duckdb"
         truth = sb.ground_truth()
         shipments = len(truth["shipments"])
@@ -192,8 +215,10 @@ def bench_sync(n: int, rate: float = 1e9) -> dict:
         "full_over_floor": round(full["requests"] / floor - 1, 4),
         "full_differences": dict(full_diff),
         "changed_in_the_hour": moved.get("changed_containers"),
-        "incremental": {k: incremental[k] for k in
-                        ("requests", "seconds", "rate_limited", "window_from", "kind")},
+        "incremental": {
+            k: incremental[k]
+            for k in ("requests", "seconds", "rate_limited", "window_from", "kind")
+        },
         "incremental_share": round(share, 3),
         "incremental_differences": dict(inc_diff),
         "projection_live": {

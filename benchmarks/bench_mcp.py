@@ -47,8 +47,9 @@ def build(n: int, path: Path) -> None:
     from sandbox.process import SandboxProcess
 
     with SandboxProcess(containers=n, seed=49, clock=CLOCK, rate_limit=0) as sb:
-        run_load(path, ApiSettings(base_url=sb.base_url, api_key=sb.api_key,
-                                   rate_limit_per_minute=1e9))
+        run_load(
+            path, ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=1e9)
+        )
     publish_risk(path, as_of=datetime.fromisoformat(CLOCK.replace("Z", "+00:00")))
 
 
@@ -116,8 +117,7 @@ async def throughput(url: str, numbers: list[str], clients: int, seconds: float)
             i = k * 7919
             while time.perf_counter() < stop:
                 if i % 2:
-                    r = await c.call_tool("get_container",
-                                          {"container": numbers[i % len(numbers)]})
+                    r = await c.call_tool("get_container", {"container": numbers[i % len(numbers)]})
                 else:
                     r = await c.call_tool("containers_at_risk", {"limit": 50})
                 assert not r.is_error, r.content
@@ -145,27 +145,37 @@ def main() -> None:
             build(a.containers, db)
         con = duckdb.connect(str(db), read_only=True)
         n = con.execute("SELECT count(*) FROM terminal49.containers").fetchone()
-        numbers = [r[0] for r in con.execute(
-            "SELECT number FROM terminal49.containers USING SAMPLE 20000 ROWS").fetchall()]
+        numbers = [
+            r[0]
+            for r in con.execute(
+                "SELECT number FROM terminal49.containers USING SAMPLE 20000 ROWS"
+            ).fetchall()
+        ]
         con.close()
         random.Random(1).shuffle(numbers)
         with server(db) as (url, pid):
             anyio.run(latency, url, numbers[-20:], 10)  # warm: the snapshot is taken
             lat = anyio.run(latency, url, numbers, a.calls)
             cpu0, own0, t0 = cpu_seconds(pid), time.process_time(), time.perf_counter()
-            calls = anyio.run(throughput, url, numbers[a.calls:], a.clients, a.seconds)
+            calls = anyio.run(throughput, url, numbers[a.calls :], a.clients, a.seconds)
             cpu1, own1, t1 = cpu_seconds(pid), time.process_time(), time.perf_counter()
             rss = peak_rss_mb(pid)
-    print(f"warehouse: {n[0] if n else 0} containers; load average {os.getloadavg()[0]:.1f} "
-          f"on {os.cpu_count()} cores")
+    print(
+        f"warehouse: {n[0] if n else 0} containers; load average {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} cores"
+    )
     for name, xs in lat.items():
-        print(f"{name}: p50 {statistics.median(xs) * 1000:.1f} ms, p95 {pct(xs, 0.95):.1f} ms "
-              f"({len(xs)} calls, one client)")
-    print(f"throughput: {calls / a.seconds:.0f} calls/s with {a.clients} concurrent clients "
-          f"over {a.seconds:g} s (half get_container, half containers_at_risk limit 50); "
-          f"CPU per call: server {(cpu1 - cpu0) / calls * 1000:.1f} ms, clients "
-          f"{(own1 - own0) / calls * 1000:.1f} ms; {(t1 - t0) - a.seconds:.1f} s to open the "
-          "sessions and finish")
+        print(
+            f"{name}: p50 {statistics.median(xs) * 1000:.1f} ms, p95 {pct(xs, 0.95):.1f} ms "
+            f"({len(xs)} calls, one client)"
+        )
+    print(
+        f"throughput: {calls / a.seconds:.0f} calls/s with {a.clients} concurrent clients "
+        f"over {a.seconds:g} s (half get_container, half containers_at_risk limit 50); "
+        f"CPU per call: server {(cpu1 - cpu0) / calls * 1000:.1f} ms, clients "
+        f"{(own1 - own0) / calls * 1000:.1f} ms; {(t1 - t0) - a.seconds:.1f} s to open the "
+        "sessions and finish"
+    )
     print(f"server peak memory: {rss:.0f} MB")
 
 

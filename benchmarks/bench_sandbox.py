@@ -48,17 +48,24 @@ def bench_serving(n: int) -> None:
         headers = {"Authorization": f"Token {sb.api_key}"}
         with httpx.Client(headers=headers, timeout=60) as client:
             pages, containers, secs = _scan(
-                client, f"{sb.base_url}/containers?include=shipment&page[size]=100")
-            fpages, fcontainers, fsecs = _scan(
                 client, f"{sb.base_url}/containers?include=shipment&page[size]=100"
-                        "&filter[updated_at]=%3E%3D1.days.ago")
+            )
+            fpages, fcontainers, fsecs = _scan(
+                client,
+                f"{sb.base_url}/containers?include=shipment&page[size]=100"
+                "&filter[updated_at]=%3E%3D1.days.ago",
+            )
     cps = containers / secs
     print(f"serve: {n:,}-container account, startup {startup:.1f} s")
     print(f"serve: {pages:,} pages, {containers:,} containers in {secs:.1f} s")
-    print(f"serve: {pages / secs:,.1f} pages/s, {cps:,.0f} containers/s "
-          f"(target >= {SERVE_TARGET:,.0f}) {'OK' if cps >= SERVE_TARGET else 'BELOW TARGET'}")
-    print(f"serve filtered (updated_at >= 1.days.ago): {fpages:,} pages, {fcontainers:,} "
-          f"containers in {fsecs:.1f} s, {fcontainers / fsecs:,.0f} containers/s")
+    print(
+        f"serve: {pages / secs:,.1f} pages/s, {cps:,.0f} containers/s "
+        f"(target >= {SERVE_TARGET:,.0f}) {'OK' if cps >= SERVE_TARGET else 'BELOW TARGET'}"
+    )
+    print(
+        f"serve filtered (updated_at >= 1.days.ago): {fpages:,} pages, {fcontainers:,} "
+        f"containers in {fsecs:.1f} s, {fcontainers / fsecs:,.0f} containers/s"
+    )
 
 
 def _scan(client: httpx.Client, url: str | None) -> tuple[int, int, float]:
@@ -78,14 +85,23 @@ def _scan(client: httpx.Client, url: str | None) -> tuple[int, int, float]:
 def bench_generation(n: int) -> None:
     """Generate ``n`` containers in a subprocess and print time and peak RSS."""
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", _GEN_SCRIPT, str(n)], cwd=root, check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _GEN_SCRIPT, str(n)],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     r = json.loads(out.stdout)
     ok = r["peak_rss_mb"] <= RSS_TARGET_MB
-    print(f"generate: {r['containers']:,} containers / {r['shipments']:,} shipments "
-          f"in {r['seconds']:.1f} s")
-    print(f"generate: peak RSS {r['peak_rss_mb']:,.0f} MB (target <= {RSS_TARGET_MB:,.0f} MB) "
-          f"{'OK' if ok else 'ABOVE TARGET'}; columns {r['column_mb']:,.0f} MB")
+    print(
+        f"generate: {r['containers']:,} containers / {r['shipments']:,} shipments "
+        f"in {r['seconds']:.1f} s"
+    )
+    print(
+        f"generate: peak RSS {r['peak_rss_mb']:,.0f} MB (target <= {RSS_TARGET_MB:,.0f} MB) "
+        f"{'OK' if ok else 'ABOVE TARGET'}; columns {r['column_mb']:,.0f} MB"
+    )
 
 
 def main() -> None:

@@ -41,8 +41,14 @@ REPO = Path(__file__).resolve().parents[1]
 def _cli(*args: str, key: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TERMINAL49_")}
     env["TERMINAL49_API_KEY"] = key
-    return subprocess.Popen([sys.executable, "-m", "freetime_cli.main", *args], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "freetime_cli.main", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def differences(db: Path, truth: dict[str, Any]) -> dict[str, int]:
@@ -52,8 +58,11 @@ def differences(db: Path, truth: dict[str, Any]) -> dict[str, int]:
         rows = con.execute(
             "SELECT id, current_status, available_for_pickup FROM terminal49.containers"
         ).fetchall()
-        holds = Counter(con.execute(
-            "SELECT container_id, name, status FROM terminal49.container_holds").fetchall())
+        holds = Counter(
+            con.execute(
+                "SELECT container_id, name, status FROM terminal49.container_holds"
+            ).fetchall()
+        )
     got = {r[0]: r[1:] for r in rows}
     want_holds: Counter[tuple[Any, ...]] = Counter()
     for c in truth["containers"]:
@@ -72,9 +81,12 @@ def differences(db: Path, truth: dict[str, Any]) -> dict[str, int]:
 def soak(minutes: float, containers: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     counts: Counter[str] = Counter()
-    with SandboxProcess(containers=containers, seed=seed, faults=FAULTS,
-                        webhook_backoff=0.2, webhook_timeout=5) as sb, \
-            tempfile.TemporaryDirectory() as tmp:
+    with (
+        SandboxProcess(
+            containers=containers, seed=seed, faults=FAULTS, webhook_backoff=0.2, webhook_timeout=5
+        ) as sb,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         db, inbox = Path(tmp) / "w.duckdb", Path(tmp) / "inbox.sqlite"
         with socket.socket() as probe:  # a free port for the receiver, known before it starts
             probe.bind(("127.0.0.1", 0))
@@ -90,8 +102,9 @@ def soak(minutes: float, containers: int, seed: int) -> dict[str, Any]:
                 sb.advance(hours=rng.choice([1, 3, 6]))
                 load = _cli("load", *args, *base, key=sb.api_key)
                 time.sleep(rng.uniform(0.5, 2.0))
-                apply = _cli("webhooks", "apply", *args, "--inbox", str(inbox), *base,
-                             key=sb.api_key)
+                apply = _cli(
+                    "webhooks", "apply", *args, "--inbox", str(inbox), *base, key=sb.api_key
+                )
                 if counts["loads"] % 3 == 2:
                     time.sleep(rng.uniform(0.0, 4.0))
                     if load.poll() is None:
@@ -102,11 +115,15 @@ def soak(minutes: float, containers: int, seed: int) -> dict[str, Any]:
                     counts[name] += 1
                     if proc.returncode not in (0, -signal.SIGKILL):
                         counts[f"{name} failed"] += 1
-                        print(f"{name} failed ({proc.returncode}): {err.strip()[-400:]}",
-                              file=sys.stderr)
+                        print(
+                            f"{name} failed ({proc.returncode}): {err.strip()[-400:]}",
+                            file=sys.stderr,
+                        )
             sb.deliver_pending(timeout=120)
-            for final in (("load", *args, *base),
-                          ("webhooks", "apply", *args, "--inbox", str(inbox), *base)):
+            for final in (
+                ("load", *args, *base),
+                ("webhooks", "apply", *args, "--inbox", str(inbox), *base),
+            ):
                 proc = _cli(*final, key=sb.api_key)
                 _, err = proc.communicate(timeout=900)
                 if proc.returncode != 0:
@@ -114,7 +131,8 @@ def soak(minutes: float, containers: int, seed: int) -> dict[str, Any]:
             truth = sb.ground_truth()
             with duckdb.connect(str(db), read_only=True) as con:
                 applied = con.execute(
-                    "SELECT count(*) FROM terminal49.webhook_notifications").fetchone()
+                    "SELECT count(*) FROM terminal49.webhook_notifications"
+                ).fetchone()
             counts["notifications applied"] = applied[0] if applied else 0
             counts["deliveries"] = len(sb.deliveries())
             faults = sb.stats().get("faults", {})
@@ -122,9 +140,15 @@ def soak(minutes: float, containers: int, seed: int) -> dict[str, Any]:
         finally:
             receiver.terminate()
             receiver.wait(10)
-    return {"minutes": minutes, "containers": containers, "faults_served": faults,
-            "retries": sum(faults.values()),  # every fault served is a request tried again
-            **dict(counts), "differences": diff, "equal_to_ground_truth": not diff}
+    return {
+        "minutes": minutes,
+        "containers": containers,
+        "faults_served": faults,
+        "retries": sum(faults.values()),  # every fault served is a request tried again
+        **dict(counts),
+        "differences": diff,
+        "equal_to_ground_truth": not diff,
+    }
 
 
 def main() -> None:

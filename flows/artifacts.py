@@ -185,8 +185,17 @@ def summary_markdown(s: SummaryInput) -> str:
     ]
     if s.exposure_by_terminal:
         lines += _md_table(
-            ["port", "terminal", "active", "overdue", "due today", "imminent", "accrued",
-             "projected", "uncosted"],
+            [
+                "port",
+                "terminal",
+                "active",
+                "overdue",
+                "due today",
+                "imminent",
+                "accrued",
+                "projected",
+                "uncosted",
+            ],
             (
                 [
                     e.get("port_of_discharge_locode"),
@@ -206,14 +215,23 @@ def summary_markdown(s: SummaryInput) -> str:
         lines.append("_No containers._")
     lines += ["", "## Since the last run", *changes_section(s.changes)]
     if s.reconciliation:
-        lines += ["", "## Reconciliation: warehouse against the API", *_md_table(
-            ["table", "API total", "distinct ids scanned", "warehouse rows", "matches"],
-            (
-                [r.table, r.api_total, r.distinct_seen, r.warehouse_rows,
-                 "yes" if r.matches else "**no**"]
-                for r in s.reconciliation
+        lines += [
+            "",
+            "## Reconciliation: warehouse against the API",
+            *_md_table(
+                ["table", "API total", "distinct ids scanned", "warehouse rows", "matches"],
+                (
+                    [
+                        r.table,
+                        r.api_total,
+                        r.distinct_seen,
+                        r.warehouse_rows,
+                        "yes" if r.matches else "**no**",
+                    ]
+                    for r in s.reconciliation
+                ),
             ),
-        )]
+        ]
     lines += ["", *report_link_section(s.duckdb_path), ""]
     return "\n".join(lines)
 
@@ -229,19 +247,35 @@ def changes_section(changes: Mapping[str, Any] | None) -> list[str]:
         f"- last free days that moved: **{counts.get('lfd_moved', 0)}**",
     ]
     for title, key, headers, cols in (
-        ("Newly overdue", "newly_overdue", ["container", "LFD", "days", "reason"],
-         ["container_number", "lfd_date", "days_to_lfd", "risk_reason"]),
-        ("Newly ready", "newly_ready", ["container", "LFD", "days", "reason"],
-         ["container_number", "lfd_date", "days_to_lfd", "risk_reason"]),
-        ("LFDs that moved", "lfd_moved", ["container", "source", "was", "now"],
-         ["container_number", "source", "old", "new"]),
+        (
+            "Newly overdue",
+            "newly_overdue",
+            ["container", "LFD", "days", "reason"],
+            ["container_number", "lfd_date", "days_to_lfd", "risk_reason"],
+        ),
+        (
+            "Newly ready",
+            "newly_ready",
+            ["container", "LFD", "days", "reason"],
+            ["container_number", "lfd_date", "days_to_lfd", "risk_reason"],
+        ),
+        (
+            "LFDs that moved",
+            "lfd_moved",
+            ["container", "source", "was", "now"],
+            ["container_number", "source", "old", "new"],
+        ),
     ):
         items = list(changes.get(key) or [])
         if not items:
             continue
-        lines += ["", f"### {title}", *_md_table(
-            headers, ([item.get(c) for c in cols] for item in items[:MAX_LISTED_CHANGES])
-        )]
+        lines += [
+            "",
+            f"### {title}",
+            *_md_table(
+                headers, ([item.get(c) for c in cols] for item in items[:MAX_LISTED_CHANGES])
+            ),
+        ]
         if len(items) > MAX_LISTED_CHANGES:
             lines.append(f"_... and {len(items) - MAX_LISTED_CHANGES} more._")
     return lines

@@ -27,11 +27,27 @@ if TYPE_CHECKING:
 PREFECT_YAML = Path(__file__).resolve().parents[1] / "prefect.yaml"
 
 _KNOWN = {
-    "name", "description", "entrypoint", "tags", "parameters", "schedules", "schedule",
-    "concurrency_limit", "paused", "work_pool", "version",
+    "name",
+    "description",
+    "entrypoint",
+    "tags",
+    "parameters",
+    "schedules",
+    "schedule",
+    "concurrency_limit",
+    "paused",
+    "work_pool",
+    "version",
 }
 _SCHEDULE_KEYS = {
-    "cron", "interval", "rrule", "timezone", "active", "parameters", "slug", "anchor_date",
+    "cron",
+    "interval",
+    "rrule",
+    "timezone",
+    "active",
+    "parameters",
+    "slug",
+    "anchor_date",
     "day_or",
 }
 
@@ -56,8 +72,10 @@ class ScheduleSpec:
         from prefect.schedules import Cron, Interval, RRule
 
         common: dict[str, Any] = {
-            "timezone": self.timezone, "active": self.active,
-            "parameters": dict(self.parameters), "slug": self.slug,
+            "timezone": self.timezone,
+            "active": self.active,
+            "parameters": dict(self.parameters),
+            "slug": self.slug,
         }
         if self.cron is not None:
             return Cron(self.cron, **common)
@@ -189,4 +207,3 @@ def read_deployments(path: Path = PREFECT_YAML) -> list[DeploymentSpec]:
             )
         )
     return specs
-

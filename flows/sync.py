@@ -102,7 +102,11 @@ def sync(
             published = publish_artifacts(name, path, risk, load, reconciliation)
     get_run_logger().info(
         "%s done: %d at risk; load %.1fs, risk %.1fs, publish %.1fs",
-        name, len(published.at_risk), timings["load"], timings["risk"], timings["publish"],
+        name,
+        len(published.at_risk),
+        timings["load"],
+        timings["risk"],
+        timings["publish"],
     )
     return RunReport(
         flow=name,

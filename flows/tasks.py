@@ -95,9 +95,7 @@ class WarehouseBusy(Exception):
 SLOT_LEASE_SECONDS = 60.0
 
 
-def ensure_warehouse_limit(
-    name: str = WAREHOUSE_LIMIT, duckdb_path: str | None = None
-) -> None:
+def ensure_warehouse_limit(name: str = WAREHOUSE_LIMIT, duckdb_path: str | None = None) -> None:
     """Create the global concurrency limit ``name`` (1 slot) unless it exists already.
 
     Prefect 3.8 does not create a named limit on first use: acquiring a missing one logs
@@ -147,9 +145,7 @@ def _warehouse_free(duckdb_path: str | None) -> bool:
 
 
 @contextlib.contextmanager
-def warehouse_slot(
-    duckdb_path: str | None = None, name: str = WAREHOUSE_LIMIT
-) -> Iterator[None]:
+def warehouse_slot(duckdb_path: str | None = None, name: str = WAREHOUSE_LIMIT) -> Iterator[None]:
     """Hold the warehouse's single slot for the block (waits for a running load first)."""
     ensure_warehouse_limit(name, duckdb_path)
     try:
@@ -204,7 +200,11 @@ def _retry_if_transient(task: Any, task_run: Any, state: Any) -> bool:
     if retry and 0 < tries <= len(delays):
         logging.getLogger("freetime.flows").warning(
             "%s failed (%s); trying again in about %.0f s (retry %d of %d)",
-            task.name, exc, delays[tries - 1], tries, len(delays),
+            task.name,
+            exc,
+            delays[tries - 1],
+            tries,
+            len(delays),
         )
     return retry
 
@@ -348,9 +348,9 @@ def compute_risk(
     """Recompute and publish ``analytics.demurrage_risk`` and its views as of ``as_of``."""
     summary = publish_risk(duckdb_path, as_of=as_of, tariffs_path=tariffs_path)
     get_run_logger().info(
-        "risk as of %s: %s", summary.as_of.isoformat(), ", ".join(
-            f"{k} {v}" for k, v in summary.levels.items()
-        )
+        "risk as of %s: %s",
+        summary.as_of.isoformat(),
+        ", ".join(f"{k} {v}" for k, v in summary.levels.items()),
     )
     return summary
 

@@ -66,4 +66,3 @@ def embedded_sandbox(containers: int | None = None) -> Iterator[tuple[str, str]]
 
     with SandboxProcess(containers=containers) if containers else SandboxProcess() as sb:
         yield sb.base_url, sb.api_key
-

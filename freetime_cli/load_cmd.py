@@ -123,7 +123,12 @@ def load_with_progress(
             console.print(line, highlight=False)
 
         return run_load(
-            duckdb, api, full=full, concurrency=concurrency, on_page=on_page, on_wait=on_wait,
+            duckdb,
+            api,
+            full=full,
+            concurrency=concurrency,
+            on_page=on_page,
+            on_wait=on_wait,
             wait_seconds=resolve_writer_wait(wait_seconds),
         )
 

@@ -21,15 +21,21 @@ app = typer.Typer(no_args_is_help=True, help="Serve the warehouse to MCP tool cl
 
 @app.command("serve")
 def serve(
-    host: Annotated[str, typer.Option(help="Address to bind (loopback unless auth is set).")]
-    = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(help="Address to bind (loopback unless auth is set).")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port; the endpoint is http://HOST:PORT/mcp.")] = 8765,
     duckdb: DuckDbOption = None,
-    issuer: Annotated[str | None, typer.Option(
-        help="OAuth issuer URL (env FREETIME_MCP_ISSUER): accept its bearer JWTs.")] = None,
-    resource_url: Annotated[str | None, typer.Option(
-        help="This server's public URL, the tokens' audience (default http://HOST:PORT).")]
-    = None,
+    issuer: Annotated[
+        str | None,
+        typer.Option(help="OAuth issuer URL (env FREETIME_MCP_ISSUER): accept its bearer JWTs."),
+    ] = None,
+    resource_url: Annotated[
+        str | None,
+        typer.Option(
+            help="This server's public URL, the tokens' audience (default http://HOST:PORT)."
+        ),
+    ] = None,
 ) -> None:
     """Serve over streamable HTTP at /mcp (key: FREETIME_MCP_TOKEN, scheme Token)."""
     import uvicorn
@@ -48,12 +54,21 @@ def serve(
     except (ConfigError, AuthConfigError) as exc:
         fail(str(exc))
     mcp, reader = build_server(path)
-    app_ = AuthMiddleware(mcp.streamable_http_app(host=host, stateless_http=True,
-                                                   json_response=True), auth)
-    mode = ("OAuth bearer + key" if auth.issuer and auth.token else "OAuth bearer"
-            if auth.issuer else "API key (Authorization: Token)" if auth.token else "no auth")
-    typer.echo(f"freetime MCP server on http://{shown}:{port}/mcp ({mode}), warehouse {path}",
-               err=True)
+    app_ = AuthMiddleware(
+        mcp.streamable_http_app(host=host, stateless_http=True, json_response=True), auth
+    )
+    mode = (
+        "OAuth bearer + key"
+        if auth.issuer and auth.token
+        else "OAuth bearer"
+        if auth.issuer
+        else "API key (Authorization: Token)"
+        if auth.token
+        else "no auth"
+    )
+    typer.echo(
+        f"freetime MCP server on http://{shown}:{port}/mcp ({mode}), warehouse {path}", err=True
+    )
     try:
         uvicorn.run(app_, host=host, port=port, log_level="warning", access_log=False)
     finally:
@@ -92,10 +107,23 @@ def serving(
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("FREETIME_MCP")}
     full_env.update(env or {})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "freetime_cli.main", "mcp", "serve", "--port", str(port),
-         "--duckdb", str(db), *args],
-        env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "freetime_cli.main",
+            "mcp",
+            "serve",
+            "--port",
+            str(port),
+            "--duckdb",
+            str(db),
+            *args,
+        ],
+        env=full_env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -16,9 +16,19 @@ if TYPE_CHECKING:
 
 _FORMATS = ("table", "csv", "json")
 _SHOW = [
-    "risk_level", "container_number", "lfd_date", "lfd_source", "days_to_lfd",
-    "working_days_to_lfd", "ready_for_pickup", "blocking_holds", "pickup_appointment_at",
-    "accrued_demurrage", "projected_demurrage", "pod_terminal_name", "shipping_line_scac",
+    "risk_level",
+    "container_number",
+    "lfd_date",
+    "lfd_source",
+    "days_to_lfd",
+    "working_days_to_lfd",
+    "ready_for_pickup",
+    "blocking_holds",
+    "pickup_appointment_at",
+    "accrued_demurrage",
+    "projected_demurrage",
+    "pod_terminal_name",
+    "shipping_line_scac",
     "risk_reason",
 ]
 
@@ -30,8 +40,10 @@ def risk(
     ] = None,
     level: Annotated[
         list[str] | None,
-        typer.Option("--level", help="Risk level(s) to list (default overdue, due_today, "
-                     "imminent); repeat the option."),
+        typer.Option(
+            "--level",
+            help="Risk level(s) to list (default overdue, due_today, imminent); repeat the option.",
+        ),
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
     tariffs: Annotated[
@@ -72,23 +84,38 @@ def _print_table(out: pl.DataFrame, s: RiskSummary) -> None:
     from rich.text import Text
 
     table = Table(title=f"At-risk containers as of {s.as_of:%Y-%m-%d %H:%M} UTC")
-    for name in ("level", "container", "LFD", "days", "wd", "ready", "holds", "projected",
-                 "terminal", "reason"):
+    for name in (
+        "level",
+        "container",
+        "LFD",
+        "days",
+        "wd",
+        "ready",
+        "holds",
+        "projected",
+        "terminal",
+        "reason",
+    ):
         table.add_column(name)
     for r in out.iter_rows(named=True):
         cells = (
-            r["risk_level"], r["container_number"] or "",
-            f"{r['lfd_date'] or ''} {r['lfd_source'] or ''}", str(r["days_to_lfd"]),
-            str(r["working_days_to_lfd"]), "yes" if r["ready_for_pickup"] else "no",
+            r["risk_level"],
+            r["container_number"] or "",
+            f"{r['lfd_date'] or ''} {r['lfd_source'] or ''}",
+            str(r["days_to_lfd"]),
+            str(r["working_days_to_lfd"]),
+            "yes" if r["ready_for_pickup"] else "no",
             r["blocking_holds"] or "",
             "uncosted" if r["projected_demurrage"] is None else f"{r['projected_demurrage']:,.0f}",
-            r["pod_terminal_name"] or "", r["risk_reason"] or "",
+            r["pod_terminal_name"] or "",
+            r["risk_reason"] or "",
         )
         table.add_row(*(Text(c) for c in cells))  # API text is never read as markup
     console = Console()
     console.print(table)
     console.print(
-        f"{s.rows} containers; " + ", ".join(f"{k} {v}" for k, v in s.levels.items() if v)
+        f"{s.rows} containers; "
+        + ", ".join(f"{k} {v}" for k, v in s.levels.items() if v)
         + f"; accrued {s.accrued_demurrage:,.0f}, projected {s.projected_demurrage:,.0f}, "
         f"uncosted {s.uncosted}"
     )

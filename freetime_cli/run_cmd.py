@@ -134,8 +134,10 @@ def run(
     try:
         _run(duckdb, as_of, limit)
     except KeyboardInterrupt:
-        print_error("interrupted: the warehouse holds what the last completed step wrote; "
-                    "the next run starts clean")
+        print_error(
+            "interrupted: the warehouse holds what the last completed step wrote; "
+            "the next run starts clean"
+        )
         raise typer.Exit(130) from None
 
 

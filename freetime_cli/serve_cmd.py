@@ -154,9 +154,7 @@ def _serve_here(port: int, prefect_file: Path | None) -> None:
         # The runner hands the current settings (this API URL included) to every flow run.
         with temporary_settings(updates={PREFECT_API_URL: api_url}):
             stopped_by = asyncio.run(serve_until_signalled(deployments))
-    console.print(
-        f"stopped serving ({stopped_by}); the schedules stay active", highlight=False
-    )
+    console.print(f"stopped serving ({stopped_by}); the schedules stay active", highlight=False)
 
 
 async def serve_until_signalled(deployments: list[RunnerDeployment]) -> str:

@@ -153,7 +153,9 @@ class ApiSettings:
         )
         rate = resolve_rate_limit(rate_limit_per_minute)
         return cls(
-            base_url=_checked_url(url), api_key=key, rate_limit_per_minute=rate,
+            base_url=_checked_url(url),
+            api_key=key,
+            rate_limit_per_minute=rate,
             stall_seconds=resolve_stall_seconds(stall_seconds),
         )
 

@@ -141,13 +141,16 @@ def run_load(
             backoff_base_s=backoff_base_s,
         )
         try:
+
             def scan_info() -> pa.Table:
                 scan.api_started_at = client.stats.first_answer_date
                 return scan.table()
 
             source = terminal49_source(client, lists, on_page=track, scan_info=scan_info)
             published = write(
-                "load", source, path,
+                "load",
+                source,
+                path,
                 lock_retry_seconds=lock_retry_seconds,
                 finish=lambda con: record_source(con, identity),
             )
@@ -187,15 +190,21 @@ def incremental_lists(since: dt.date) -> list[ListSpec]:
     instant = f"{since.isoformat()}T00:00:00Z"
     return [
         ListSpec(
-            "containers", t49.CONTAINERS_PATH, t49.CONTAINER_INCLUDE_WITH_SHIPMENT,
+            "containers",
+            t49.CONTAINERS_PATH,
+            t49.CONTAINER_INCLUDE_WITH_SHIPMENT,
             {"filter[updated_at]": f">={since.isoformat()}"},
         ),
         ListSpec(
-            "shipments", t49.SHIPMENTS_PATH, t49.SHIPMENT_INCLUDE,
+            "shipments",
+            t49.SHIPMENTS_PATH,
+            t49.SHIPMENT_INCLUDE,
             {"filter[created_at]": f">={instant}"},
         ),
         ListSpec(
-            "shipments", t49.SHIPMENTS_PATH, t49.SHIPMENT_INCLUDE,
+            "shipments",
+            t49.SHIPMENTS_PATH,
+            t49.SHIPMENT_INCLUDE,
             {"filter[pod_eta_changed_at]": f">={instant}"},
         ),
     ]

@@ -66,8 +66,7 @@ def connect(
             path.parent.mkdir(parents=True, exist_ok=True)  # a writer creates the warehouse
         except OSError as exc:
             raise WarehouseUnusable(
-                f"cannot create the folder {path.parent} for the warehouse: "
-                f"{exc.strerror or exc}"
+                f"cannot create the folder {path.parent} for the warehouse: {exc.strerror or exc}"
             ) from exc
     deadline = time.monotonic() + retry_seconds
     waiting = False
@@ -90,7 +89,8 @@ def connect(
                 waiting = True
                 log.warning(
                     "the warehouse %s is locked by another process; waiting up to %.0fs",
-                    path, retry_seconds,
+                    path,
+                    retry_seconds,
                 )
             time.sleep(poll_seconds)
 
@@ -159,6 +159,7 @@ def read_table(
 ) -> pl.DataFrame | None:
     """A whole table or view as a polars frame (instants in UTC), None when it does not exist."""
     import polars as pl  # here: the CLI imports this module and should start fast
+
     with reading(path, retry_seconds=retry_seconds) as con:
         if name not in table_names(con, schema):
             return None

@@ -339,8 +339,7 @@ def warehouse_column_types(path: Path, lock_retry_seconds: float = 30.0) -> Colu
         return ColumnTypes()
     with reading(path, retry_seconds=lock_retry_seconds) as con:
         rows = con.execute(
-            "SELECT table_name, column_name, data_type FROM duckdb_columns() "
-            "WHERE schema_name = ?",
+            "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE schema_name = ?",
             [DATASET],
         ).fetchall()
     return ColumnTypes.from_duckdb(rows)
@@ -478,9 +477,7 @@ def _history_context(writer: str, load_id: str, scan: ScanInfo | None) -> histor
     """How history records this load: its kind, and the API's clock against ours."""
     if scan is None:
         return history.Context(load_id, "webhook" if writer == "webhooks" else writer)
-    offset = (
-        scan.api_started_at - scan.started_at if scan.api_started_at else dt.timedelta(0)
-    )
+    offset = scan.api_started_at - scan.started_at if scan.api_started_at else dt.timedelta(0)
     return history.Context(load_id, scan.kind, offset)
 
 
@@ -495,14 +492,15 @@ def _scan_info(con: duckdb.DuckDBPyConnection, inc: str, load_id: str) -> ScanIn
         return None
     lists = tuple(x for x in (row[3] or "").split(",") if x)
     return ScanInfo(
-        kind=row[0], started_at=row[1], window_from=row[2], complete_lists=lists,
+        kind=row[0],
+        started_at=row[1],
+        window_from=row[2],
+        complete_lists=lists,
         api_started_at=row[4],
     )
 
 
-def _align_target(
-    con: duckdb.DuckDBPyConnection, table: str, incoming: Mapping[str, str]
-) -> None:
+def _align_target(con: duckdb.DuckDBPyConnection, table: str, incoming: Mapping[str, str]) -> None:
     """Create ``terminal49.<table>`` like the incoming rows, or give it their new columns and
     types (a declared type that changed: see :func:`_converted`)."""
     target = column_types(con, DATASET, table)
@@ -540,8 +538,12 @@ def _converted(
     if not zone_names or typ != "DATE" or target[column] != "TIMESTAMP WITH TIME ZONE":
         return cast
     zone = "coalesce(" + ", ".join([*(quote(z) for z in zone_names if z in target), "'UTC'"]) + ")"
-    names = [r[0] for r in con.execute(
-        f"SELECT DISTINCT {zone} FROM {quote(DATASET)}.{quote(table)}").fetchall()]
+    names = [
+        r[0]
+        for r in con.execute(
+            f"SELECT DISTINCT {zone} FROM {quote(DATASET)}.{quote(table)}"
+        ).fetchall()
+    ]
     # known names, read from DuckDB's list: a failed statement would abort the transaction
     zones = {r[0] for r in con.execute("SELECT name FROM pg_timezone_names()").fetchall()}
     known = [n for n in names if n in zones]
@@ -584,8 +586,10 @@ def _merge_table(
         history.record_rows(con, table, incoming, ctx)
     on = " AND ".join(f"t.{quote(k)} = n.{quote(k)}" for k in rule.key)
     newer = f"t.{version} > n.{version}" if rule.version else "false"
-    skipped = _count(con, f"SELECT count(*) FROM _new n WHERE EXISTS "
-                          f"(SELECT 1 FROM {dst} t WHERE {on} AND {newer})")
+    skipped = _count(
+        con,
+        f"SELECT count(*) FROM _new n WHERE EXISTS (SELECT 1 FROM {dst} t WHERE {on} AND {newer})",
+    )
     con.execute(f"DELETE FROM {dst} t USING _new n WHERE {on} AND NOT ({newer})")
     cols = ", ".join(quote(c) for c in incoming if c not in _NOT_PUBLISHED)
     inserted = _count(

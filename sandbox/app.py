@@ -52,12 +52,10 @@ ROUTES: list[BaseRoute] = [
     Route("/v2/webhooks/{id}", webhooks.get_webhook, methods=["GET"]),
     Route("/v2/webhooks/{id}", webhooks.patch_webhook, methods=["PATCH"]),
     Route("/v2/webhooks/{id}", webhooks.delete_webhook, methods=["DELETE"]),
-    Route("/v2/webhook_notifications/examples", webhooks.notification_examples,
-          methods=["GET"]),
+    Route("/v2/webhook_notifications/examples", webhooks.notification_examples, methods=["GET"]),
     Route("/v2/webhook_notifications", webhooks.list_notifications, methods=["GET"]),
     Route("/v2/webhook_notifications/{id}", webhooks.get_notification, methods=["GET"]),
-    Route("/v2/rails/active_storage/direct_uploads", documents.direct_upload,
-          methods=["POST"]),
+    Route("/v2/rails/active_storage/direct_uploads", documents.direct_upload, methods=["POST"]),
     Route("/storage/upload/{key}", documents.storage_put, methods=["PUT"]),
     Route("/storage/download/{key}/{filename}", documents.storage_get, methods=["GET"]),
     Route("/v2/documents", documents.list_documents, methods=["GET"]),
@@ -95,10 +93,12 @@ def create_app(state: SandboxState) -> ASGIApp:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         task = None
         if state.advance_every > 0:
+
             async def ticker() -> None:
                 while True:
                     await asyncio.sleep(state.advance_every)
                     state.advance(state.advance_step)
+
             task = asyncio.create_task(ticker())
         await state.hub.start()
         yield
@@ -106,7 +106,8 @@ def create_app(state: SandboxState) -> ASGIApp:
             task.cancel()
         await state.hub.stop()
 
-    inner = Starlette(routes=ROUTES, exception_handlers={HTTPException: html_404},
-                      lifespan=lifespan)
+    inner = Starlette(
+        routes=ROUTES, exception_handlers={HTTPException: html_404}, lifespan=lifespan
+    )
     inner.state.sandbox = state
     return V2Guard(inner, state)

@@ -45,32 +45,45 @@ def serve(
     seed: int = typer.Option(49, help="Seed of the synthetic account and of the faults."),
     api_key: str = typer.Option("sandbox-key", help="API key clients must send."),
     rate_limit: int = typer.Option(0, min=0, help="Requests per rolling minute (0 = off)."),
-    faults: str = typer.Option("", help="e.g. 5xx=0.05,429=0.05,truncate=0.01,drop=0.01,"
-                                        "slow=0.02,slow_seconds=2"),
+    faults: str = typer.Option(
+        "", help="e.g. 5xx=0.05,429=0.05,truncate=0.01,drop=0.01,slow=0.02,slow_seconds=2"
+    ),
     clock: str = typer.Option(None, help="Sandbox clock, ISO 8601 (default: now, hour-floored)."),
-    advance_every: float = typer.Option(0.0, min=0.0,
-                                        help="Advance the clock every N wall seconds (0 = off)."),
-    advance_step_hours: float = typer.Option(1.0, min=0.0,
-                                             help="Sandbox hours per automatic advance."),
+    advance_every: float = typer.Option(
+        0.0, min=0.0, help="Advance the clock every N wall seconds (0 = off)."
+    ),
+    advance_step_hours: float = typer.Option(
+        1.0, min=0.0, help="Sandbox hours per automatic advance."
+    ),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
     webhook_backoff_seconds: float = typer.Option(
-        60.0, min=0.0, help="Delay before the first webhook retry (doubles per retry, x64 cap)."),
+        60.0, min=0.0, help="Delay before the first webhook retry (doubles per retry, x64 cap)."
+    ),
     webhook_max_retries: int = typer.Option(12, min=0, help="Retries of a failed delivery."),
-    webhook_timeout_seconds: float = typer.Option(10.0, min=0.01,
-                                                  help="Timeout of one delivery attempt."),
+    webhook_timeout_seconds: float = typer.Option(
+        10.0, min=0.01, help="Timeout of one delivery attempt."
+    ),
     webhook_concurrency: int = typer.Option(20, min=1, help="Deliveries in flight at most."),
     document_delay_seconds: float = typer.Option(
-        30.0, min=0.0, help="Wall seconds until a submitted document is processed (0 = only on "
-                            "advance or POST /admin/documents/process)."),
+        30.0,
+        min=0.0,
+        help="Wall seconds until a submitted document is processed (0 = only on "
+        "advance or POST /admin/documents/process).",
+    ),
     email_documents: int = typer.Option(-1, help="Seeded past emails (-1 = by account size)."),
-    emails_per_day: float = typer.Option(-1.0, help="New emails per sandbox day on advance "
-                                                    "(-1 = containers / 500)."),
+    emails_per_day: float = typer.Option(
+        -1.0, help="New emails per sandbox day on advance (-1 = containers / 500)."
+    ),
     active_share: float | None = typer.Option(
-        None, help="Share (0..1) of ACTIVE shipments; the rest are SETTLED (delivered and "
-                   "empty-returned 30-400 days ago, never changing). Default: the usual mix."),
+        None,
+        help="Share (0..1) of ACTIVE shipments; the rest are SETTLED (delivered and "
+        "empty-returned 30-400 days ago, never changing). Default: the usual mix.",
+    ),
     pod_deadlines: bool = typer.Option(
-        True, "--pod-deadlines/--no-pod-deadlines",
-        help="Send import_deadlines.pod on the newer containers, as the live API does."),
+        True,
+        "--pod-deadlines/--no-pod-deadlines",
+        help="Send import_deadlines.pod on the newer containers, as the live API does.",
+    ),
 ) -> None:
     """Serve a synthetic Terminal49 account over HTTP."""
     from sandbox.faults import FaultSpec, FaultSpecError
@@ -105,29 +118,43 @@ def serve(
     from sandbox.model import Account
     from sandbox.state import SandboxState
 
-    account = Account.generate(containers, seed, clock_ts, active_share=active_share,
-                               pod_deadlines=pod_deadlines)
+    account = Account.generate(
+        containers, seed, clock_ts, active_share=active_share, pod_deadlines=pod_deadlines
+    )
     # The account is long-lived: keep the cyclic GC from re-scanning it on every collection.
     gc.collect()
     gc.freeze()
-    state = SandboxState(account=account, api_key=api_key, rate_limit=rate_limit, faults=spec,
-                         advance_every=advance_every,
-                         advance_step=round(advance_step_hours * 3600),
-                         webhook_backoff=webhook_backoff_seconds,
-                         webhook_max_retries=webhook_max_retries,
-                         webhook_timeout=webhook_timeout_seconds,
-                         webhook_concurrency=webhook_concurrency,
-                         document_delay=document_delay_seconds,
-                         email_documents=email_documents, emails_per_day=emails_per_day)
+    state = SandboxState(
+        account=account,
+        api_key=api_key,
+        rate_limit=rate_limit,
+        faults=spec,
+        advance_every=advance_every,
+        advance_step=round(advance_step_hours * 3600),
+        webhook_backoff=webhook_backoff_seconds,
+        webhook_max_retries=webhook_max_retries,
+        webhook_timeout=webhook_timeout_seconds,
+        webhook_concurrency=webhook_concurrency,
+        document_delay=document_delay_seconds,
+        email_documents=email_documents,
+        emails_per_day=emails_per_day,
+    )
     asgi = create_app(state)
     sock.listen(2048)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     sys.stdout.write(f"base_url: http://{shown}:{bound}/v2\napi_key: {api_key}\n")
     sys.stdout.flush()
-    config = uvicorn.Config(asgi, log_level=log_level, access_log=False, http="h11",
-                            loop="asyncio", lifespan="on", timeout_keep_alive=30,
-                            date_header=False)  # V2Guard sends the account clock's date
+    config = uvicorn.Config(
+        asgi,
+        log_level=log_level,
+        access_log=False,
+        http="h11",
+        loop="asyncio",
+        lifespan="on",
+        timeout_keep_alive=30,
+        date_header=False,
+    )  # V2Guard sends the account clock's date
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

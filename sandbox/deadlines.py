@@ -70,8 +70,9 @@ def _wire(ts: int, tz: str | None, as_date: bool) -> str | None:
     return iso(ts)
 
 
-def lfd_attributes(c: W.Row, i: int, t: int, seed: int, pod_since: int, pod_tz: str,
-                   ind_tz: str | None) -> dict[str, Any]:
+def lfd_attributes(
+    c: W.Row, i: int, t: int, seed: int, pod_since: int, pod_tz: str, ind_tz: str | None
+) -> dict[str, Any]:
     """``pickup_lfd``, ``ind_facility_lfd_on``, ``import_deadlines`` and ``ssl_lfd`` of container
     row ``c`` (index ``i``) at clock ``t``."""
     form = wire_form(seed, i)
@@ -101,15 +102,15 @@ def lfd_attributes(c: W.Row, i: int, t: int, seed: int, pod_since: int, pod_tz: 
     }
 
 
-def _pod(c: W.Row, t: int, kind: int, lfd_t: int, lfd_l: int, tz: str,
-         dates: bool) -> dict[str, Any]:
+def _pod(
+    c: W.Row, t: int, kind: int, lfd_t: int, lfd_l: int, tz: str, dates: bool
+) -> dict[str, Any]:
     """The ``import_deadlines.pod`` object of one container (shape of the vendor's reference)."""
     name = POD_KINDS[kind]
     line_orig = line_calc = fac_orig = NEVER
     line_cur, fac_cur = lfd_l, lfd_t
     fac_manual = False
-    calc = (W.lfd_after(c["discharged"], LINE_FREE_DAYS, tz) if t >= c["discharged"]
-            else NEVER)
+    calc = W.lfd_after(c["discharged"], LINE_FREE_DAYS, tz) if t >= c["discharged"] else NEVER
     unified, selection = NEVER, ""
     orig_value, orig_selection = NEVER, ""
     if name == "facility":
@@ -134,12 +135,22 @@ def _pod(c: W.Row, t: int, kind: int, lfd_t: int, lfd_l: int, tz: str,
 
     has_unified = unified < NEVER
     return {
-        "line": {"original": w(line_orig), "current": w(line_cur), "calculated": w(line_calc),
-                 "manual": False},
-        "facility": {"original": w(fac_orig), "current": w(fac_cur), "calculated": None,
-                     "manual": fac_manual},
-        "unified": {"original_value": w(orig_value),
-                    "original_selection": orig_selection if orig_value < NEVER else None,
-                    "current_value": w(unified),
-                    "current_selection": selection if has_unified else None},
+        "line": {
+            "original": w(line_orig),
+            "current": w(line_cur),
+            "calculated": w(line_calc),
+            "manual": False,
+        },
+        "facility": {
+            "original": w(fac_orig),
+            "current": w(fac_cur),
+            "calculated": None,
+            "manual": fac_manual,
+        },
+        "unified": {
+            "original_value": w(orig_value),
+            "original_selection": orig_selection if orig_value < NEVER else None,
+            "current_value": w(unified),
+            "current_selection": selection if has_unified else None,
+        },
     }

@@ -79,16 +79,30 @@ _SCHEMA_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
     },
 }
 DOCUMENT_TYPES = tuple(_SCHEMA_FIELDS)
-_LABELS = {"commercial_invoice": "Commercial Invoice", "bill_of_lading": "Bill of Lading",
-           "packing_list": "Packing List", "arrival_notice": "Arrival Notice"}
+_LABELS = {
+    "commercial_invoice": "Commercial Invoice",
+    "bill_of_lading": "Bill of Lading",
+    "packing_list": "Packing List",
+    "arrival_notice": "Arrival Notice",
+}
 _KEYWORDS: tuple[tuple[str, str], ...] = (
-    ("packing list", "packing_list"), ("arrival notice", "arrival_notice"),
-    ("bill of lading", "bill_of_lading"), ("invoice", "commercial_invoice"),
-    ("b/l", "bill_of_lading"), ("bol", "bill_of_lading"), ("packing", "packing_list"),
+    ("packing list", "packing_list"),
+    ("arrival notice", "arrival_notice"),
+    ("bill of lading", "bill_of_lading"),
+    ("invoice", "commercial_invoice"),
+    ("b/l", "bill_of_lading"),
+    ("bol", "bill_of_lading"),
+    ("packing", "packing_list"),
     ("arrival", "arrival_notice"),
 )
-_SUPPLIERS = ("Acme Manufacturing Ltd", "Shenzhen Brightway Electronics Co", "Ningbo Homeware Co",
-              "Saigon Textile JSC", "Busan Precision Parts", "Guangzhou Furniture Works")
+_SUPPLIERS = (
+    "Acme Manufacturing Ltd",
+    "Shenzhen Brightway Electronics Co",
+    "Ningbo Homeware Co",
+    "Saigon Textile JSC",
+    "Busan Precision Parts",
+    "Guangzhou Furniture Works",
+)
 _BL_RE = re.compile(rb"\b([A-Z]{4}\d{10})\b")
 _CNTR_RE = re.compile(rb"\b([A-Z]{4}\d{7})\b")
 _INV_RE = re.compile(rb"\b(INV-\d{3,8})\b")
@@ -191,11 +205,16 @@ def fake_pdf(lines: list[str]) -> bytes:
     """A small PDF-looking file whose text holds ``lines`` (enough for the sandbox's sniffing)."""
     text = "\n".join(f"({line}) Tj T*" for line in lines)
     stream = f"BT /F1 11 Tf 72 720 Td 14 TL\n{text}\nET".encode()
-    return (b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n"
-            b"2 0 obj << /Type /Pages /Kids [3 0 R] /Count 1 >> endobj\n"
-            b"3 0 obj << /Type /Page /Parent 2 0 R /Contents 4 0 R >> endobj\n"
-            b"4 0 obj << /Length " + str(len(stream)).encode() + b" >> stream\n" + stream
-            + b"\nendstream endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n")
+    return (
+        b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n"
+        b"2 0 obj << /Type /Pages /Kids [3 0 R] /Count 1 >> endobj\n"
+        b"3 0 obj << /Type /Page /Parent 2 0 R /Contents 4 0 R >> endobj\n"
+        b"4 0 obj << /Length "
+        + str(len(stream)).encode()
+        + b" >> stream\n"
+        + stream
+        + b"\nendstream endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
+    )
 
 
 def sniff(data: bytes) -> str | None:
@@ -216,19 +235,37 @@ def schema_resource(doc_type: str) -> Resource:
     fields = _SCHEMA_FIELDS[doc_type]
     props: dict[str, Any] = {}
     for name, (typ, desc) in fields.items():
-        props[name] = ({"type": "array", "items": {"type": "string"}, "description": desc}
-                       if typ == "array" else {"type": [typ, "null"], "description": desc})
+        props[name] = (
+            {"type": "array", "items": {"type": "string"}, "description": desc}
+            if typ == "array"
+            else {"type": [typ, "null"], "description": desc}
+        )
     full = f"{doc_type}@{SCHEMA_VERSION}"
-    return {"id": full, "type": "document_schema", "attributes": {
-        "document_type": doc_type, "label": _LABELS[doc_type], "schema_version": SCHEMA_VERSION,
-        "full_version": full, "current": True, "draft": False,
-        "active_at": "2026-03-23T00:00:00Z", "schema_format": "json_schema",
-        "description": f"Fields extracted from a {_LABELS[doc_type].lower()}.",
-        "schema_payload": {"$schema": "https://json-schema.org/draft/2020-12/schema",
-                           "title": _LABELS[doc_type], "type": "object",
-                           "properties": props, "additionalProperties": False},
-        "created_at": "2026-03-23T00:00:00Z", "updated_at": "2026-03-23T00:00:00Z"},
-        "links": {"self": f"/v2/document_schemas/{full}"}}
+    return {
+        "id": full,
+        "type": "document_schema",
+        "attributes": {
+            "document_type": doc_type,
+            "label": _LABELS[doc_type],
+            "schema_version": SCHEMA_VERSION,
+            "full_version": full,
+            "current": True,
+            "draft": False,
+            "active_at": "2026-03-23T00:00:00Z",
+            "schema_format": "json_schema",
+            "description": f"Fields extracted from a {_LABELS[doc_type].lower()}.",
+            "schema_payload": {
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "title": _LABELS[doc_type],
+                "type": "object",
+                "properties": props,
+                "additionalProperties": False,
+            },
+            "created_at": "2026-03-23T00:00:00Z",
+            "updated_at": "2026-03-23T00:00:00Z",
+        },
+        "links": {"self": f"/v2/document_schemas/{full}"},
+    }
 
 
 class DocumentStore:
@@ -261,7 +298,8 @@ class DocumentStore:
     def signed_id(self, blob: Blob) -> str:
         """Rails-like signed id: Base64 JSON message ``--`` HMAC hex."""
         msg = base64.b64encode(
-            f'{{"_rails":{{"data":{blob.num},"pur":"blob_id"}}}}'.encode()).decode()
+            f'{{"_rails":{{"data":{blob.num},"pur":"blob_id"}}}}'.encode()
+        ).decode()
         return f"{msg}--{self._mac(msg)[:40]}"
 
     def blob_from_signed_id(self, signed: str) -> Blob | None:
@@ -304,8 +342,9 @@ class DocumentStore:
         except ValueError:
             ok = False
         if not ok:
-            raise UploadError("/blob/checksum",
-                              "checksum must be the Base64 of the 16-byte MD5 digest")
+            raise UploadError(
+                "/blob/checksum", "checksum must be the Base64 of the 16-byte MD5 digest"
+            )
         assert isinstance(ck, str)
         self._n += 1
         num = self._n
@@ -319,15 +358,25 @@ class DocumentStore:
     def blob_resource(self, b: Blob, origin: str) -> Resource:
         """The blob as the direct-upload endpoint returns it."""
         return {
-            "id": b.id, "key": b.key, "filename": b.filename, "content_type": b.content_type,
-            "metadata": {}, "service_name": SERVICE_NAME, "byte_size": b.byte_size,
-            "checksum": b.checksum, "created_at": b.created_at, "signed_id": self.signed_id(b),
+            "id": b.id,
+            "key": b.key,
+            "filename": b.filename,
+            "content_type": b.content_type,
+            "metadata": {},
+            "service_name": SERVICE_NAME,
+            "byte_size": b.byte_size,
+            "checksum": b.checksum,
+            "created_at": b.created_at,
+            "signed_id": self.signed_id(b),
             "direct_upload": {
                 "url": f"{origin}/storage/upload/{b.key}?token={self.upload_token(b.key)}",
-                "headers": {"Content-Type": b.content_type, "Content-MD5": b.checksum,
-                            "Content-Disposition":
-                                f'inline; filename="{b.filename}"; '
-                                f"filename*=UTF-8''{b.filename}"}},
+                "headers": {
+                    "Content-Type": b.content_type,
+                    "Content-MD5": b.checksum,
+                    "Content-Disposition": f'inline; filename="{b.filename}"; '
+                    f"filename*=UTF-8''{b.filename}",
+                },
+            },
         }
 
     def put(self, key: str, token: str, data: bytes, content_md5: str | None) -> None:
@@ -336,24 +385,29 @@ class DocumentStore:
         if b is None or not hmac.compare_digest(self.upload_token(key), token or ""):
             raise StorageError(403, "AccessDenied", "Request has expired or the token is invalid")
         if len(data) != b.byte_size:
-            raise StorageError(400, "IncompleteBody" if len(data) < b.byte_size
-                               else "BadRequest",
-                               f"Content length {len(data)} does not match the blob byte_size "
-                               f"{b.byte_size}")
+            raise StorageError(
+                400,
+                "IncompleteBody" if len(data) < b.byte_size else "BadRequest",
+                f"Content length {len(data)} does not match the blob byte_size {b.byte_size}",
+            )
         if content_md5 is not None and content_md5 != b.checksum:
-            raise StorageError(400, "BadDigest",
-                               "The Content-MD5 you specified did not match what was expected")
+            raise StorageError(
+                400, "BadDigest", "The Content-MD5 you specified did not match what was expected"
+            )
         if md5_b64(data) != b.checksum:
-            raise StorageError(400, "BadDigest",
-                               "The Content-MD5 you specified did not match what we received")
+            raise StorageError(
+                400, "BadDigest", "The Content-MD5 you specified did not match what we received"
+            )
         b.data = data
 
     def download_url(self, doc: Document, origin: str) -> str:
         """A presigned GET URL of the document bytes (valid 5 minutes of sandbox time + 1h)."""
         expires = self.a.clock + HOUR
         b = doc.blob
-        return (f"{origin}/storage/download/{b.key}/{b.filename}?expires={expires}"
-                f"&token={self.download_token(b.key, expires)}")
+        return (
+            f"{origin}/storage/download/{b.key}/{b.filename}?expires={expires}"
+            f"&token={self.download_token(b.key, expires)}"
+        )
 
     def get(self, key: str, expires: str, token: str) -> Blob:
         """The blob behind a download URL; raises :class:`StorageError`."""
@@ -362,8 +416,11 @@ class DocumentStore:
             exp = int(expires)
         except ValueError:
             exp = -1
-        if b is None or b.data is None or not hmac.compare_digest(
-                self.download_token(key, exp), token or ""):
+        if (
+            b is None
+            or b.data is None
+            or not hmac.compare_digest(self.download_token(key, exp), token or "")
+        ):
             raise StorageError(403, "AccessDenied", "Request has expired or the token is invalid")
         return b
 
@@ -381,19 +438,24 @@ class DocumentStore:
             raise UploadError("/data/attributes/name", "name can't be blank")
         att = attrs.get("attached_document")
         if not isinstance(att, str) or not att:
-            raise UploadError("/data/attributes/attached_document",
-                              "attached_document can't be blank")
+            raise UploadError(
+                "/data/attributes/attached_document", "attached_document can't be blank"
+            )
         if "://" in att or att.startswith("/") or "/storage/" in att:
-            raise UploadError("/data/attributes/attached_document",
-                              "attached_document must be the signed_id of a direct upload, "
-                              "not a URL")
+            raise UploadError(
+                "/data/attributes/attached_document",
+                "attached_document must be the signed_id of a direct upload, not a URL",
+            )
         blob = self.blob_from_signed_id(att)
         if blob is None:
-            raise UploadError("/data/attributes/attached_document",
-                              "attached_document is not a valid signed blob id")
+            raise UploadError(
+                "/data/attributes/attached_document",
+                "attached_document is not a valid signed blob id",
+            )
         if blob.data is None:
-            raise UploadError("/data/attributes/attached_document",
-                              "the file of this blob has not been uploaded")
+            raise UploadError(
+                "/data/attributes/attached_document", "the file of this blob has not been uploaded"
+            )
         existing = self.by_checksum.get(blob.checksum)
         if existing is not None:
             raise DuplicateDocument(existing, self.documents[existing].name)
@@ -426,8 +488,11 @@ class DocumentStore:
         doc.updated_at = now
         if kind is None or len(data) < MIN_BYTES:
             doc.state = "failed"
-            doc.classification_notes = ("File is empty or unreadable" if len(data) < MIN_BYTES
-                                        else "Unsupported file type: not a PDF or image")
+            doc.classification_notes = (
+                "File is empty or unreadable"
+                if len(data) < MIN_BYTES
+                else "Unsupported file type: not a PDF or image"
+            )
             return self._occurrence(doc, "document.extraction_failed")
         rng = random.Random(f"{self.a.seed}:extract:{doc.id}")
         hay = (doc.name + " " + doc.blob.filename).lower().encode() + b" " + data[:8192].lower()
@@ -435,13 +500,15 @@ class DocumentStore:
         doc.document_type = doc_type
         doc.classification_notes = f"Classified as {doc_type} ({kind})"
         payload = self._payload(doc_type, data, rng, doc)
-        doc.representation = Representation(derive_uuid(self.a.seed, "representation", doc.id),
-                                            SCHEMA_VERSION, payload, now)
+        doc.representation = Representation(
+            derive_uuid(self.a.seed, "representation", doc.id), SCHEMA_VERSION, payload, now
+        )
         doc.state = "extracted"
         return self._occurrence(doc, "document.extracted")
 
-    def _payload(self, doc_type: str, data: bytes, rng: random.Random,
-                 doc: Document) -> dict[str, Any]:
+    def _payload(
+        self, doc_type: str, data: bytes, rng: random.Random, doc: Document
+    ) -> dict[str, Any]:
         a = self.a
         bl_found = [m.decode() for m in _BL_RE.findall(data)]
         ship: int | None = None
@@ -464,38 +531,54 @@ class DocumentStore:
         day = iso(a.clock - int(rng.random() * 20) * DAY)[:10]
         if doc_type == "commercial_invoice":
             inv = _INV_RE.search(data)
-            return {"invoice_number": inv.group(1).decode() if inv else
-                    f"INV-{int(rng.random() * 90000) + 10000}",
-                    "invoice_date": day, "supplier_name": rng.choice(_SUPPLIERS),
-                    "buyer_name": sa.get("customer_name"),
-                    "total_amount": f"{rng.random() * 90000 + 1000:.2f}", "currency": "USD",
-                    "incoterms": rng.choice(("FOB", "CIF", "EXW", "DDP")),
-                    "bill_of_lading_number": bl, "container_numbers": cntrs}
+            return {
+                "invoice_number": inv.group(1).decode()
+                if inv
+                else f"INV-{int(rng.random() * 90000) + 10000}",
+                "invoice_date": day,
+                "supplier_name": rng.choice(_SUPPLIERS),
+                "buyer_name": sa.get("customer_name"),
+                "total_amount": f"{rng.random() * 90000 + 1000:.2f}",
+                "currency": "USD",
+                "incoterms": rng.choice(("FOB", "CIF", "EXW", "DDP")),
+                "bill_of_lading_number": bl,
+                "container_numbers": cntrs,
+            }
         if doc_type == "bill_of_lading":
-            return {"bill_of_lading_number": bl, "shipping_line_scac": sa.get("shipping_line_scac"),
-                    "vessel_name": sa.get("pod_vessel_name"),
-                    "voyage_number": sa.get("pod_voyage_number"),
-                    "port_of_lading": sa.get("port_of_lading_locode"),
-                    "port_of_discharge": sa.get("port_of_discharge_locode"),
-                    "shipper_name": rng.choice(_SUPPLIERS),
-                    "consignee_name": sa.get("customer_name"), "container_numbers": cntrs}
-        if doc_type == "packing_list":
-            return {"packing_list_number": f"PL-{int(rng.random() * 90000) + 10000}",
-                    "total_packages": int(rng.random() * 900) + 20,
-                    "gross_weight_kg": f"{rng.random() * 20000 + 2000:.1f}",
-                    "bill_of_lading_number": bl, "container_numbers": cntrs}
-        eta = sa.get("pod_eta_at") or sa.get("pod_ata_at") or iso(a.clock)
-        return {"bill_of_lading_number": bl, "eta": eta[:10],
+            return {
+                "bill_of_lading_number": bl,
+                "shipping_line_scac": sa.get("shipping_line_scac"),
+                "vessel_name": sa.get("pod_vessel_name"),
+                "voyage_number": sa.get("pod_voyage_number"),
+                "port_of_lading": sa.get("port_of_lading_locode"),
                 "port_of_discharge": sa.get("port_of_discharge_locode"),
-                "freight_amount_due": f"{rng.random() * 4000:.2f}", "container_numbers": cntrs}
+                "shipper_name": rng.choice(_SUPPLIERS),
+                "consignee_name": sa.get("customer_name"),
+                "container_numbers": cntrs,
+            }
+        if doc_type == "packing_list":
+            return {
+                "packing_list_number": f"PL-{int(rng.random() * 90000) + 10000}",
+                "total_packages": int(rng.random() * 900) + 20,
+                "gross_weight_kg": f"{rng.random() * 20000 + 2000:.1f}",
+                "bill_of_lading_number": bl,
+                "container_numbers": cntrs,
+            }
+        eta = sa.get("pod_eta_at") or sa.get("pod_ata_at") or iso(a.clock)
+        return {
+            "bill_of_lading_number": bl,
+            "eta": eta[:10],
+            "port_of_discharge": sa.get("port_of_discharge_locode"),
+            "freight_amount_due": f"{rng.random() * 4000:.2f}",
+            "container_numbers": cntrs,
+        }
 
     def shipment_by_bl(self, bl: str) -> int | None:
         """Index of the shipment with bill of lading number ``bl`` (index built lazily)."""
         n = len(self.a.shipment_ids)
         if len(self._bl_index) != n:
             for s in range(len(self._bl_index), n):
-                self._bl_index.append(
-                    self.r.shipment(s)["attributes"]["bill_of_lading_number"])
+                self._bl_index.append(self.r.shipment(s)["attributes"]["bill_of_lading_number"])
             self._bl_map = {b: s for s, b in enumerate(self._bl_index)}
         return self._bl_map.get(bl)
 
@@ -528,27 +611,59 @@ class DocumentStore:
         supplier = rng.choice(_SUPPLIERS)
         domain = supplier.split()[0].lower() + ".example.com"
         inv = f"INV-{int(rng.random() * 90000) + 10000}"
-        subject = (f"Invoice #{inv}" if doc_types[0] == "commercial_invoice"
-                   else f"{_LABELS[doc_types[0]]} {bl}")
+        subject = (
+            f"Invoice #{inv}"
+            if doc_types[0] == "commercial_invoice"
+            else f"{_LABELS[doc_types[0]]} {bl}"
+        )
         eid = derive_uuid(a.seed, "email_submission", self._emails_made)
-        email = Email(eid, subject, f"Please find attached {subject.lower()} for B/L {bl}.",
-                      f"ap@{domain}", f"<{eid[:12]}@{domain}>", iso(when - 13), iso(when))
+        email = Email(
+            eid,
+            subject,
+            f"Please find attached {subject.lower()} for B/L {bl}.",
+            f"ap@{domain}",
+            f"<{eid[:12]}@{domain}>",
+            iso(when - 13),
+            iso(when),
+        )
         self.emails[eid] = email
         for t in doc_types:
             first = a.shipments.get(s, "first") if s is not None else 0
             cn = self.r.container(first)["attributes"]["number"] if s is not None else ""
             fname = f"{t}_{bl or eid[:8]}.pdf"
-            data = fake_pdf([_LABELS[t], f"Bill of Lading {bl}", f"Container {cn}",
-                             inv if t == "commercial_invoice" else "", f"From {supplier}"])
+            data = fake_pdf(
+                [
+                    _LABELS[t],
+                    f"Bill of Lading {bl}",
+                    f"Container {cn}",
+                    inv if t == "commercial_invoice" else "",
+                    f"From {supplier}",
+                ]
+            )
             self._n += 1
-            blob = Blob(self._n, derive_uuid(a.seed, "blob", f"email:{self._n}"),
-                        hashlib.blake2b(f"{a.seed}:e{self._n}".encode(),
-                                        digest_size=14).hexdigest(),
-                        fname, "application/pdf", len(data), md5_b64(data), iso(when), data)
+            blob = Blob(
+                self._n,
+                derive_uuid(a.seed, "blob", f"email:{self._n}"),
+                hashlib.blake2b(f"{a.seed}:e{self._n}".encode(), digest_size=14).hexdigest(),
+                fname,
+                "application/pdf",
+                len(data),
+                md5_b64(data),
+                iso(when),
+                data,
+            )
             self.blobs[blob.id] = blob
             self.blob_by_key[blob.key] = blob
-            doc = Document(derive_uuid(a.seed, "document", f"email:{self._n}"), fname, "email",
-                           blob, iso(when), iso(when), None, eid)
+            doc = Document(
+                derive_uuid(a.seed, "document", f"email:{self._n}"),
+                fname,
+                "email",
+                blob,
+                iso(when),
+                iso(when),
+                None,
+                eid,
+            )
             self._add(doc)
             email.documents.append(doc.id)
         return email
@@ -558,21 +673,31 @@ class DocumentStore:
         """The ``document`` resource."""
         b = d.blob
         return {
-            "id": d.id, "type": "document",
+            "id": d.id,
+            "type": "document",
             "attributes": {
-                "name": d.name, "document_type": d.document_type,
-                "document_type_manual": None, "classification_notes": d.classification_notes,
-                "source": d.source, "file_name": b.filename, "file_content_type": b.content_type,
-                "file_size_bytes": b.byte_size, "created_at": d.created_at,
-                "updated_at": d.updated_at},
+                "name": d.name,
+                "document_type": d.document_type,
+                "document_type_manual": None,
+                "classification_notes": d.classification_notes,
+                "source": d.source,
+                "file_name": b.filename,
+                "file_content_type": b.content_type,
+                "file_size_bytes": b.byte_size,
+                "created_at": d.created_at,
+                "updated_at": d.updated_at,
+            },
             "relationships": {
                 "account": {"data": {"id": self.account_id, "type": "account"}},
                 "user": {"data": {"id": d.user_id, "type": "user"} if d.user_id else None},
-                "email_submission": {"data": {"id": d.email_id, "type": "email_submission"}
-                                     if d.email_id else None},
-                "last_document_representation": {"data": {
-                    "id": d.representation.id, "type": "document_representation"}
-                    if d.representation else None},
+                "email_submission": {
+                    "data": {"id": d.email_id, "type": "email_submission"} if d.email_id else None
+                },
+                "last_document_representation": {
+                    "data": {"id": d.representation.id, "type": "document_representation"}
+                    if d.representation
+                    else None
+                },
                 "shipments": {"data": [{"id": x, "type": "shipment"} for x in d.shipments]},
                 "cargos": {"data": [{"id": x, "type": "container"} for x in d.containers]},
             },
@@ -581,41 +706,85 @@ class DocumentStore:
 
     def email_brief(self, e: Email) -> Resource:
         """The email submission as included with a document (``body_preview``)."""
-        return {"id": e.id, "type": "email_submission", "attributes": {
-            "subject": e.subject, "body_preview": e.body[:120], "from": [e.sender],
-            "to": [DOCS_ALIAS], "cc": [], "message_id": e.message_id, "sent_at": e.sent_at,
-            "created_at": e.created_at, "updated_at": e.created_at}}
+        return {
+            "id": e.id,
+            "type": "email_submission",
+            "attributes": {
+                "subject": e.subject,
+                "body_preview": e.body[:120],
+                "from": [e.sender],
+                "to": [DOCS_ALIAS],
+                "cc": [],
+                "message_id": e.message_id,
+                "sent_at": e.sent_at,
+                "created_at": e.created_at,
+                "updated_at": e.created_at,
+            },
+        }
 
     def email(self, e: Email) -> Resource:
         """The full ``email_submission`` resource."""
         docs = [self.documents[d] for d in e.documents]
-        return {"id": e.id, "type": "email_submission", "attributes": {
-            "subject": e.subject, "body": e.body, "from": [e.sender], "to": [DOCS_ALIAS],
-            "cc": [], "sent_at": e.sent_at, "message_id": e.message_id, "in_reply_to": None,
-            "references": [], "content_type": "multipart/mixed",
-            "documents_count": len(docs), "created_at": e.created_at,
-            "updated_at": e.created_at},
+        return {
+            "id": e.id,
+            "type": "email_submission",
+            "attributes": {
+                "subject": e.subject,
+                "body": e.body,
+                "from": [e.sender],
+                "to": [DOCS_ALIAS],
+                "cc": [],
+                "sent_at": e.sent_at,
+                "message_id": e.message_id,
+                "in_reply_to": None,
+                "references": [],
+                "content_type": "multipart/mixed",
+                "documents_count": len(docs),
+                "created_at": e.created_at,
+                "updated_at": e.created_at,
+            },
             "relationships": {
                 "account": {"data": {"id": self.account_id, "type": "account"}},
                 "user": {"data": None},
-                "documents": {"data": [{"id": d.id, "type": "document"} for d in docs]}},
-            "links": {"self": f"/v2/email_submissions/{e.id}"}}
+                "documents": {"data": [{"id": d.id, "type": "document"} for d in docs]},
+            },
+            "links": {"self": f"/v2/email_submissions/{e.id}"},
+        }
 
     def email_document(self, d: Document) -> Resource:
         """A document as included with an email submission."""
-        return {"id": d.id, "type": "document", "attributes": {
-            "name": d.name, "source": d.source, "document_type": d.document_type,
-            "created_at": d.created_at, "updated_at": d.updated_at},
-            "relationships": {"last_document_representation": {"data": {
-                "id": d.representation.id, "type": "document_representation"}
-                if d.representation else None}}}
+        return {
+            "id": d.id,
+            "type": "document",
+            "attributes": {
+                "name": d.name,
+                "source": d.source,
+                "document_type": d.document_type,
+                "created_at": d.created_at,
+                "updated_at": d.updated_at,
+            },
+            "relationships": {
+                "last_document_representation": {
+                    "data": {"id": d.representation.id, "type": "document_representation"}
+                    if d.representation
+                    else None
+                }
+            },
+        }
 
     @staticmethod
     def representation(rep: Representation) -> Resource:
         """The ``document_representation`` resource."""
-        return {"id": rep.id, "type": "document_representation", "attributes": {
-            "schema_version": rep.schema_version, "payload": rep.payload,
-            "created_at": rep.created_at, "updated_at": rep.created_at}}
+        return {
+            "id": rep.id,
+            "type": "document_representation",
+            "attributes": {
+                "schema_version": rep.schema_version,
+                "payload": rep.payload,
+                "created_at": rep.created_at,
+                "updated_at": rep.created_at,
+            },
+        }
 
     def included(self, d: Document, includes: list[str]) -> list[Resource]:
         """Includes of a document: ``email_submission``, ``last_document_representation``
@@ -623,8 +792,9 @@ class DocumentStore:
         out: list[Resource] = []
         if "email_submission" in includes and d.email_id:
             out.append(self.email_brief(self.emails[d.email_id]))
-        if d.representation and ("last_document_representation" in includes
-                                 or "current_extraction" in includes):
+        if d.representation and (
+            "last_document_representation" in includes or "current_extraction" in includes
+        ):
             out.append(self.representation(d.representation))
         if "shipments" in includes:
             out += [self.r.shipment(self.a.shipment_index[s]) for s in d.shipments]
@@ -645,11 +815,17 @@ class DocumentStore:
         docs = []
         for d in self.documents.values():
             docs.append({**self.document(d), "state": d.state, "checksum": d.blob.checksum})
-        reps = [self.representation(d.representation) for d in self.documents.values()
-                if d.representation]
-        return {"clock": iso(self.a.clock), "documents": docs,
-                "email_submissions": [self.email(e) for e in self.emails.values()],
-                "document_representations": reps}
+        reps = [
+            self.representation(d.representation)
+            for d in self.documents.values()
+            if d.representation
+        ]
+        return {
+            "clock": iso(self.a.clock),
+            "documents": docs,
+            "email_submissions": [self.email(e) for e in self.emails.values()],
+            "document_representations": reps,
+        }
 
     def sample(self, event: str) -> Occurrence:
         """An example document occurrence (an extracted email document if any)."""
@@ -660,20 +836,52 @@ class DocumentStore:
                 return self._occurrence(d, event)
         now = iso(self.a.clock)
         data = b"not a pdf"
-        blob = Blob(0, derive_uuid(self.a.seed, "blob", "example"), "example", "scan.txt",
-                    "text/plain", len(data), md5_b64(data), now, data)
-        doc = Document(derive_uuid(self.a.seed, "document", "example"), "scan.txt", "upload",
-                       blob, now, now, self.user_id)
+        blob = Blob(
+            0,
+            derive_uuid(self.a.seed, "blob", "example"),
+            "example",
+            "scan.txt",
+            "text/plain",
+            len(data),
+            md5_b64(data),
+            now,
+            data,
+        )
+        doc = Document(
+            derive_uuid(self.a.seed, "document", "example"),
+            "scan.txt",
+            "upload",
+            blob,
+            now,
+            now,
+            self.user_id,
+        )
         if event == "document.extracted":
-            doc.blob = Blob(0, blob.id, "example", "invoice.pdf", "application/pdf", 2048,
-                            blob.checksum, now, fake_pdf(["Commercial Invoice", "INV-10027"]))
+            doc.blob = Blob(
+                0,
+                blob.id,
+                "example",
+                "invoice.pdf",
+                "application/pdf",
+                2048,
+                blob.checksum,
+                now,
+                fake_pdf(["Commercial Invoice", "INV-10027"]),
+            )
             doc.name = "invoice.pdf"
             doc.document_type = "commercial_invoice"
             doc.representation = Representation(
-                derive_uuid(self.a.seed, "representation", "example"), SCHEMA_VERSION,
-                {"invoice_number": "INV-10027", "invoice_date": now[:10],
-                 "supplier_name": _SUPPLIERS[0], "total_amount": "12450.00", "currency": "USD"},
-                now)
+                derive_uuid(self.a.seed, "representation", "example"),
+                SCHEMA_VERSION,
+                {
+                    "invoice_number": "INV-10027",
+                    "invoice_date": now[:10],
+                    "supplier_name": _SUPPLIERS[0],
+                    "total_amount": "12450.00",
+                    "currency": "USD",
+                },
+                now,
+            )
         else:
             doc.classification_notes = "Unsupported file type: not a PDF or image"
         return self._occurrence(doc, event)

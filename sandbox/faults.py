@@ -56,7 +56,8 @@ class FaultSpec:
                 value = float(raw)
             except ValueError:
                 raise FaultSpecError(
-                    f"fault spec value for {key!r} is not a number: {raw!r}") from None
+                    f"fault spec value for {key!r} is not a number: {raw!r}"
+                ) from None
             if key == "slow_seconds":
                 if not 0 <= value <= 60:
                     raise FaultSpecError("slow_seconds must be between 0 and 60")
@@ -64,8 +65,8 @@ class FaultSpec:
                 continue
             if key not in FAULT_KINDS:
                 raise FaultSpecError(
-                    f"unknown fault {key!r}; expected one of {', '.join(FAULT_KINDS)}, "
-                    "slow_seconds")
+                    f"unknown fault {key!r}; expected one of {', '.join(FAULT_KINDS)}, slow_seconds"
+                )
             if not 0.0 <= value <= 1.0:
                 raise FaultSpecError(f"fault rate for {key!r} must be within [0, 1], got {value}")
             rates[key] = value

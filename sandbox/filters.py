@@ -120,8 +120,9 @@ def _time_term(op: str, value: str) -> Interval | None:
     return _interval(op, math.ceil(x), math.floor(x) + 1)
 
 
-def _clauses(given: list[tuple[str, str]], parse_value: Callable[[str, str], Interval | None],
-             what: str) -> tuple[Clause, ...]:
+def _clauses(
+    given: list[tuple[str, str]], parse_value: Callable[[str, str], Interval | None], what: str
+) -> tuple[Clause, ...]:
     out = []
     for key, raw in given:
         alts = []
@@ -151,8 +152,10 @@ def container_spec(items: Iterable[tuple[str, str]], clock: int) -> Spec:
             raise Unavailable(given[0][0])
         if name in CONTAINER_DATE_FILTERS:
             spec[name] = _clauses(
-                given, lambda op, v: _date_term(op, v, today),
-                "a date expression such as >=2026-10-01, today or 3.days.ago")
+                given,
+                lambda op, v: _date_term(op, v, today),
+                "a date expression such as >=2026-10-01, today or 3.days.ago",
+            )
     return spec
 
 
@@ -161,12 +164,15 @@ def shipment_spec(items: Iterable[tuple[str, str]]) -> Spec:
     spec: Spec = {}
     for name, given in filter_params(items).items():
         if name in SHIPMENT_TIME_FILTERS:
-            spec[name] = _clauses(given, _time_term,
-                                  "an ISO 8601 timestamp with a zone such as "
-                                  ">=2026-10-01T00:00:00Z")
+            spec[name] = _clauses(
+                given,
+                _time_term,
+                "an ISO 8601 timestamp with a zone such as >=2026-10-01T00:00:00Z",
+            )
     clauses = spec.get("pod_eta_changed_at")
-    if clauses is not None and not any(clause and all(lo > LOW for lo, _ in clause)
-                                       for clause in clauses):
+    if clauses is not None and not any(
+        clause and all(lo > LOW for lo, _ in clause) for clause in clauses
+    ):
         key = filter_params(items)["pod_eta_changed_at"][0][0]
         raise FilterError(key, f"{key} needs a lower bound such as >=2026-10-01T00:00:00Z")
     return spec
@@ -205,6 +211,9 @@ def select_shipments(acct: Account, spec: Spec) -> list[int]:
     if clauses is not None:
         t = acct.clock
         stop, ata = sh.column("stop_at"), sh.column("ata")
-        order = [s for s in order
-                 if stop[s] > t and ata[s] > t and _holds(acct.eta_changed_at(s), clauses)]
+        order = [
+            s
+            for s in order
+            if stop[s] > t and ata[s] > t and _holds(acct.eta_changed_at(s), clauses)
+        ]
     return order

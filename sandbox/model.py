@@ -25,43 +25,119 @@ from sandbox import world as W
 from sandbox.world import DAY, HOUR, NEVER, NONE
 
 CONTAINER_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("ship", "i"), ("term", "h"), ("mode", "b"), ("post", "b"), ("owner", "h"), ("serial", "i"),
-    ("etype", "b"), ("elen", "b"), ("ehigh", "b"), ("weight", "i"), ("seal", "q"), ("refs", "b"),
-    ("avail_known", "b"), ("pickup_fac", "b"), ("chassis", "b"), ("fees_mode", "b"),
-    ("exam_fee", "i"), ("stale", "b"), ("h1_kind", "b"), ("h1_status", "b"), ("h2_kind", "b"),
+    ("ship", "i"),
+    ("term", "h"),
+    ("mode", "b"),
+    ("post", "b"),
+    ("owner", "h"),
+    ("serial", "i"),
+    ("etype", "b"),
+    ("elen", "b"),
+    ("ehigh", "b"),
+    ("weight", "i"),
+    ("seal", "q"),
+    ("refs", "b"),
+    ("avail_known", "b"),
+    ("pickup_fac", "b"),
+    ("chassis", "b"),
+    ("fees_mode", "b"),
+    ("exam_fee", "i"),
+    ("stale", "b"),
+    ("h1_kind", "b"),
+    ("h1_status", "b"),
+    ("h2_kind", "b"),
     ("h2_status", "b"),
-    ("created", "q"), ("empty_out", "q"), ("full_in", "q"), ("loaded", "q"), ("atd", "q"),
-    ("ata", "q"), ("discharged", "q"), ("available", "q"), ("full_out", "q"),
-    ("offdock_at", "q"), ("rail_loaded", "q"), ("rail_departed", "q"), ("ind_ata", "q"),
-    ("rail_unloaded", "q"), ("dest_full_out", "q"), ("post_at", "q"), ("empty_ret", "q"),
-    ("appt", "q"), ("lfd_post", "q"), ("lfd1", "q"), ("lfd_chg", "q"), ("lfd2", "q"),
-    ("lfd_line", "q"), ("lfd_rail", "q"), ("h1_on", "q"), ("h1_off", "q"), ("h2_on", "q"),
-    ("h2_off", "q"), ("inv_at", "q"), ("refreshed", "q"), ("tchk", "q"),
+    ("created", "q"),
+    ("empty_out", "q"),
+    ("full_in", "q"),
+    ("loaded", "q"),
+    ("atd", "q"),
+    ("ata", "q"),
+    ("discharged", "q"),
+    ("available", "q"),
+    ("full_out", "q"),
+    ("offdock_at", "q"),
+    ("rail_loaded", "q"),
+    ("rail_departed", "q"),
+    ("ind_ata", "q"),
+    ("rail_unloaded", "q"),
+    ("dest_full_out", "q"),
+    ("post_at", "q"),
+    ("empty_ret", "q"),
+    ("appt", "q"),
+    ("lfd_post", "q"),
+    ("lfd1", "q"),
+    ("lfd_chg", "q"),
+    ("lfd2", "q"),
+    ("lfd_line", "q"),
+    ("lfd_rail", "q"),
+    ("h1_on", "q"),
+    ("h1_off", "q"),
+    ("h2_on", "q"),
+    ("h2_off", "q"),
+    ("inv_at", "q"),
+    ("refreshed", "q"),
+    ("tchk", "q"),
 )
 """Container ``refreshed`` is also its internal ``updated_at``: every change of what the container
 renders happens at a change point, and the account sets ``refreshed`` to the clock then."""
 SHIPMENT_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("created", "q"), ("carrier", "b"), ("pol", "b"), ("term", "h"), ("dest", "b"),
-    ("customer", "h"), ("vessel", "h"), ("voyage", "i"), ("atd", "q"), ("etd_orig", "q"),
-    ("ata", "q"), ("eta_orig", "q"), ("dest_eta", "q"), ("dest_eta_orig", "q"),
-    ("stop_at", "q"), ("stop_reason", "b"), ("first", "i"), ("n", "b"), ("refs", "b"),
-    ("tags", "b"), ("eta_chg", "q"), ("updated", "q"),
+    ("created", "q"),
+    ("carrier", "b"),
+    ("pol", "b"),
+    ("term", "h"),
+    ("dest", "b"),
+    ("customer", "h"),
+    ("vessel", "h"),
+    ("voyage", "i"),
+    ("atd", "q"),
+    ("etd_orig", "q"),
+    ("ata", "q"),
+    ("eta_orig", "q"),
+    ("dest_eta", "q"),
+    ("dest_eta_orig", "q"),
+    ("stop_at", "q"),
+    ("stop_reason", "b"),
+    ("first", "i"),
+    ("n", "b"),
+    ("refs", "b"),
+    ("tags", "b"),
+    ("eta_chg", "q"),
+    ("updated", "q"),
 )
 
 TAGS: tuple[str, ...] = ("priority", "retail", "fba", "promo", "hazmat", "q4-peak")
 
 # Target status mix for generated shipments (weights; sums need not be 100).
 TARGET_WEIGHTS: dict[str, int] = {
-    "new": 5, "on_ship": 20, "available": 9, "not_available": 6, "grounded": 3, "on_rail": 5,
-    "picked_up": 8, "off_dock": 2, "delivered": 5, "dropped": 3, "loaded": 2,
-    "empty_returned": 28, "awaiting_inland_transfer": 4,
+    "new": 5,
+    "on_ship": 20,
+    "available": 9,
+    "not_available": 6,
+    "grounded": 3,
+    "on_rail": 5,
+    "picked_up": 8,
+    "off_dock": 2,
+    "delivered": 5,
+    "dropped": 3,
+    "loaded": 2,
+    "empty_returned": 28,
+    "awaiting_inland_transfer": 4,
 }
 
 OWNER_CODES: dict[str, tuple[str, ...]] = {
-    "MSCU": ("MSCU", "MEDU"), "MEDU": ("MEDU", "MSDU"), "MAEU": ("MSKU", "MRKU", "MAEU"),
-    "CMDU": ("CMAU", "TGHU"), "COSU": ("CSNU", "CBHU"), "HLCU": ("HLXU", "HLBU"),
-    "ONEY": ("ONEU", "TCLU"), "EGLV": ("EGHU", "EMCU"), "HDMU": ("HMMU", "CAIU"),
-    "YMLU": ("YMLU", "SEGU"), "ZIMU": ("ZIMU", "TRHU"), "OOLU": ("OOLU", "OOCU"),
+    "MSCU": ("MSCU", "MEDU"),
+    "MEDU": ("MEDU", "MSDU"),
+    "MAEU": ("MSKU", "MRKU", "MAEU"),
+    "CMDU": ("CMAU", "TGHU"),
+    "COSU": ("CSNU", "CBHU"),
+    "HLCU": ("HLXU", "HLBU"),
+    "ONEY": ("ONEU", "TCLU"),
+    "EGLV": ("EGHU", "EMCU"),
+    "HDMU": ("HMMU", "CAIU"),
+    "YMLU": ("YMLU", "SEGU"),
+    "ZIMU": ("ZIMU", "TRHU"),
+    "OOLU": ("OOLU", "OOCU"),
 }
 OWNERS: tuple[str, ...] = tuple(sorted({o for v in OWNER_CODES.values() for o in v}))
 _OWNER_INDEX = {o: i for i, o in enumerate(OWNERS)}
@@ -194,7 +270,7 @@ class Table:
     def row(self, i: int) -> dict[str, int]:
         """Row ``i`` as a dict."""
         k = i * self.stride
-        return dict(zip(self.names, self.data[k:k + self.stride], strict=True))
+        return dict(zip(self.names, self.data[k : k + self.stride], strict=True))
 
     def get(self, i: int, name: str) -> int:
         """Field ``name`` of row ``i``."""
@@ -206,7 +282,7 @@ class Table:
 
     def column(self, name: str) -> array:
         """A copy of one column."""
-        return self.data[self.offset[name]::self.stride]
+        return self.data[self.offset[name] :: self.stride]
 
     def nbytes(self) -> int:
         """Bytes held by the table."""
@@ -319,10 +395,19 @@ class Account:
         """Instants at which what shipment ``s`` renders changes (besides the continuous
         ``line_tracking_last_attempted_at`` while tracking runs, up to ``stop_at``)."""
         sh = self.shipments
-        dest_ata = (self.containers.get(sh.get(s, "first"), "ind_ata")
-                    if sh.get(s, "dest") != NONE else NEVER)
-        return (sh.get(s, "created"), sh.get(s, "atd"), sh.get(s, "ata"), dest_ata,
-                sh.get(s, "stop_at"), sh.get(s, "eta_chg"))
+        dest_ata = (
+            self.containers.get(sh.get(s, "first"), "ind_ata")
+            if sh.get(s, "dest") != NONE
+            else NEVER
+        )
+        return (
+            sh.get(s, "created"),
+            sh.get(s, "atd"),
+            sh.get(s, "ata"),
+            dest_ata,
+            sh.get(s, "stop_at"),
+            sh.get(s, "eta_chg"),
+        )
 
     def _update_shipments(self, old: int, new: int) -> None:
         """Set ``updated`` of every shipment whose rendering changed in (old, new]."""
@@ -380,8 +465,14 @@ class Account:
 
     # ---- generation ---------------------------------------------------------------------------
     @classmethod
-    def generate(cls, n_containers: int, seed: int, clock: int,
-                 active_share: float | None = None, pod_deadlines: bool = True) -> Account:
+    def generate(
+        cls,
+        n_containers: int,
+        seed: int,
+        clock: int,
+        active_share: float | None = None,
+        pod_deadlines: bool = True,
+    ) -> Account:
         """Generate an account of about ``n_containers`` containers (exactly that many).
 
         ``active_share`` None keeps the default status mix. A share in [0, 1] makes that share
@@ -390,8 +481,12 @@ class Account:
         New shipments then arrive at ``active_share`` times the default rate.
         ``pod_deadlines`` False serves no container the newer ``import_deadlines.pod``.
         """
-        acct = cls(seed=seed, clock=clock, active_share=active_share,
-                   pod_since=clock - POD_SINCE_DAYS * DAY if pod_deadlines else W.NEVER)
+        acct = cls(
+            seed=seed,
+            clock=clock,
+            active_share=active_share,
+            pod_since=clock - POD_SINCE_DAYS * DAY if pod_deadlines else W.NEVER,
+        )
         rng = random.Random(seed)
         n_cust = _ri(rng, 12, 24)
         acct.customers = tuple(rng.sample(R.CUSTOMERS, n_cust))
@@ -408,8 +503,14 @@ class Account:
         acct.sort_all()
         return acct
 
-    def _add_shipment(self, rng: random.Random, target: str, clock: int,
-                      created_at: int | None = None, limit: int = 6) -> list[int]:
+    def _add_shipment(
+        self,
+        rng: random.Random,
+        target: str,
+        clock: int,
+        created_at: int | None = None,
+        limit: int = 6,
+    ) -> list[int]:
         """Plan one shipment, place it in time, append it; returns the new container indices.
 
         With ``created_at`` None the plan is shifted so that at ``clock`` its first container is
@@ -442,8 +543,9 @@ class Account:
         created = -_ri(rng, -6 * DAY, 14 * DAY) // mins * mins
         rows: list[dict[str, int]] = []
         for k in range(n):
-            rows.append(self._plan_container(rng, k, rail, west, term, ata, target if k == 0
-                                             else ""))
+            rows.append(
+                self._plan_container(rng, k, rail, west, term, ata, target if k == 0 else "")
+            )
         first_loaded = min(r["loaded"] for r in rows)
         if target == "new" or created_at is not None and rng.random() < 0.7:
             created = first_loaded - _ri(rng, DAY, 12 * DAY) // mins * mins
@@ -487,19 +589,28 @@ class Account:
             dest_eta = rows[0]["ind_ata"] + _ri(rng, -12, 30) * HOUR
             dest_eta_orig = dest_eta - _ri(rng, 0, 3) * DAY
         srow = {
-            "created": created, "carrier": carrier_i,
-            "pol": _rr(rng, len(R.ORIGINS)), "term": term_i, "dest": dest,
+            "created": created,
+            "carrier": carrier_i,
+            "pol": _rr(rng, len(R.ORIGINS)),
+            "term": term_i,
+            "dest": dest,
             "customer": _rr(rng, len(self.customers)) if rng.random() < 0.95 else NONE,
             "vessel": _rr(rng, len(R.VESSEL_WORDS)),
             "voyage": _ri(rng, 100, 999) * 10 + _rr(rng, 3),
-            "atd": shift, "etd_orig": etd_orig + shift if etd_orig < NEVER else NEVER,
-            "ata": ata, "eta_orig": eta_orig + shift if eta_orig < NEVER else NEVER,
-            "dest_eta": dest_eta, "dest_eta_orig": dest_eta_orig,
-            "stop_at": stop_at, "stop_reason": stop_reason,
-            "first": len(self.container_ids), "n": n,
+            "atd": shift,
+            "etd_orig": etd_orig + shift if etd_orig < NEVER else NEVER,
+            "ata": ata,
+            "eta_orig": eta_orig + shift if eta_orig < NEVER else NEVER,
+            "dest_eta": dest_eta,
+            "dest_eta_orig": dest_eta_orig,
+            "stop_at": stop_at,
+            "stop_reason": stop_reason,
+            "first": len(self.container_ids),
+            "n": n,
             "refs": _pick(rng, _REFS_CUM),
             "tags": sum(1 << b for b in rng.sample(range(len(TAGS)), _ri(rng, 1, 2)))
-            if rng.random() < 0.4 else 0,
+            if rng.random() < 0.4
+            else 0,
         }
         srow["eta_chg"] = self._eta_change(s_index, srow)
         srow["updated"] = NEVER
@@ -509,8 +620,9 @@ class Account:
             upd = clock  # tracking runs: line_tracking_last_attempted_at moves with the clock
         else:
             dest_ata = rows[0]["ind_ata"] if rail else NEVER
-            upd = max(p for p in (created, shift, ata, dest_ata, s_stop, srow["eta_chg"])
-                      if p <= clock)
+            upd = max(
+                p for p in (created, shift, ata, dest_ata, s_stop, srow["eta_chg"]) if p <= clock
+            )
         self.shipments.set(s_index, "updated", upd)
         sid = derive_uuid(self.seed, "shipment", s_index)
         self.shipment_ids.append(sid)
@@ -571,28 +683,51 @@ class Account:
         start, end = segs[_rr(rng, len(segs))]
         return _ri(rng, start, end - 1) // 60 * 60
 
-    def _plan_container(self, rng: random.Random, k: int, rail: bool, west: bool,
-                        term: R.Terminal, ata: int, target: str) -> dict[str, int]:
+    def _plan_container(
+        self,
+        rng: random.Random,
+        k: int,
+        rail: bool,
+        west: bool,
+        term: R.Terminal,
+        ata: int,
+        target: str,
+    ) -> dict[str, int]:
         """Relative timeline (departure at 0) and static attributes of one container."""
         m = 60
         r: dict[str, int] = {key: NEVER for key in _TIME_KEYS}
-        r.update({
-            "term": R.TERMINALS.index(term), "mode": W.MODE_RAIL if rail else W.MODE_TRUCK,
-            "post": W.POST_NONE, "etype": _pick(rng, _ETYPE_CUM),
-            "elen": _pick(rng, _ELEN_CUM),
-            "ehigh": 1 if rng.random() < 0.6 else 0,
-            "weight": _ri(rng, 8000, 52000) if rng.random() < 0.8 else NONE,
-            "seal": _ri(rng, 10**7, 10**9) if rng.random() < 0.7 else NONE,
-            "refs": 1 if rng.random() < 0.2 else 0,
-            "avail_known": 1 if term.provides_availability else 0,
-            "pickup_fac": 1 if (not rail and rng.random() < 0.3) else 0,
-            "chassis": 1 if rng.random() < 0.6 else 0,
-            "fees_mode": (0 if not term.provides_fees or rng.random() < 0.2
-                          else (2 if rng.random() < 0.3 else 1)),
-            "exam_fee": _ri(rng, 352, 1682), "stale": W.STALE_NO, "tchk": NONE,
-            "h1_kind": NONE, "h1_status": 0, "h2_kind": NONE, "h2_status": 0,
-            "refreshed": 0, "ship": 0, "owner": 0, "serial": 0,
-        })
+        r.update(
+            {
+                "term": R.TERMINALS.index(term),
+                "mode": W.MODE_RAIL if rail else W.MODE_TRUCK,
+                "post": W.POST_NONE,
+                "etype": _pick(rng, _ETYPE_CUM),
+                "elen": _pick(rng, _ELEN_CUM),
+                "ehigh": 1 if rng.random() < 0.6 else 0,
+                "weight": _ri(rng, 8000, 52000) if rng.random() < 0.8 else NONE,
+                "seal": _ri(rng, 10**7, 10**9) if rng.random() < 0.7 else NONE,
+                "refs": 1 if rng.random() < 0.2 else 0,
+                "avail_known": 1 if term.provides_availability else 0,
+                "pickup_fac": 1 if (not rail and rng.random() < 0.3) else 0,
+                "chassis": 1 if rng.random() < 0.6 else 0,
+                "fees_mode": (
+                    0
+                    if not term.provides_fees or rng.random() < 0.2
+                    else (2 if rng.random() < 0.3 else 1)
+                ),
+                "exam_fee": _ri(rng, 352, 1682),
+                "stale": W.STALE_NO,
+                "tchk": NONE,
+                "h1_kind": NONE,
+                "h1_status": 0,
+                "h2_kind": NONE,
+                "h2_status": 0,
+                "refreshed": 0,
+                "ship": 0,
+                "owner": 0,
+                "serial": 0,
+            }
+        )
         if r["elen"] == 0:
             r["ehigh"] = 0
         r["atd"] = 0
@@ -628,15 +763,19 @@ class Account:
         # Leaving the POD.
         if not rail:
             long_dwell = rng.random() < 0.12
-            dwell = (_ri(rng, 6 * DAY, 14 * DAY) if long_dwell
-                     else int(rng.lognormvariate(0, 0.45) * 2.6 * DAY))
+            dwell = (
+                _ri(rng, 6 * DAY, 14 * DAY)
+                if long_dwell
+                else int(rng.lognormvariate(0, 0.45) * 2.6 * DAY)
+            )
             r["full_out"] = ready + max(dwell, 2 * HOUR) // m * m
             if rng.random() < 0.4:
                 r["appt"] = r["full_out"] - _ri(rng, HOUR, 4 * HOUR) // m * m
             out_at = r["full_out"]
         else:
-            dwell = _ri(rng, 2 * DAY, 7 * DAY) if rng.random() < 0.7 else _ri(rng,
-                7 * DAY, 12 * DAY)
+            dwell = (
+                _ri(rng, 2 * DAY, 7 * DAY) if rng.random() < 0.7 else _ri(rng, 7 * DAY, 12 * DAY)
+            )
             start = max(ready, r["discharged"] + dwell // m * m)
             if target == "off_dock" or rng.random() < 0.15:
                 r["offdock_at"] = start
@@ -655,13 +794,21 @@ class Account:
         r["post"] = post
         if post != W.POST_NONE:
             r["post_at"] = out_at + _ri(rng, 2 * HOUR, 30 * HOUR) // m * m
-        r["empty_ret"] = max(out_at, r["post_at"] if post else out_at) + _ri(rng,
-            2 * DAY, 12 * DAY) // m * m
+        r["empty_ret"] = (
+            max(out_at, r["post_at"] if post else out_at) + _ri(rng, 2 * DAY, 12 * DAY) // m * m
+        )
         return r
 
     @staticmethod
-    def _place_lfds(rng: random.Random, r: dict[str, int], term: R.Terminal,
-                    carrier: R.Carrier, pod_tz: str, ind_tz: str, west: bool) -> None:
+    def _place_lfds(
+        rng: random.Random,
+        r: dict[str, int],
+        term: R.Terminal,
+        carrier: R.Carrier,
+        pod_tz: str,
+        ind_tz: str,
+        west: bool,
+    ) -> None:
         """Terminal, line and rail LFDs of an absolutely placed container (local midnights)."""
         exit_at = W.yard_exit(r)
         free_days = 4 if west else 5
@@ -681,9 +828,36 @@ class Account:
             r["lfd_rail"] = W.lfd_after(r["rail_unloaded"], 2, ind_tz)
 
 
-_TIME_KEYS = frozenset({
-    "created", "empty_out", "full_in", "loaded", "atd", "ata", "discharged", "available",
-    "full_out", "offdock_at", "rail_loaded", "rail_departed", "ind_ata", "rail_unloaded",
-    "dest_full_out", "post_at", "empty_ret", "appt", "lfd_post", "lfd1", "lfd_chg", "lfd2",
-    "lfd_line", "lfd_rail", "h1_on", "h1_off", "h2_on", "h2_off", "inv_at",
-})
+_TIME_KEYS = frozenset(
+    {
+        "created",
+        "empty_out",
+        "full_in",
+        "loaded",
+        "atd",
+        "ata",
+        "discharged",
+        "available",
+        "full_out",
+        "offdock_at",
+        "rail_loaded",
+        "rail_departed",
+        "ind_ata",
+        "rail_unloaded",
+        "dest_full_out",
+        "post_at",
+        "empty_ret",
+        "appt",
+        "lfd_post",
+        "lfd1",
+        "lfd_chg",
+        "lfd2",
+        "lfd_line",
+        "lfd_rail",
+        "h1_on",
+        "h1_off",
+        "h2_on",
+        "h2_off",
+        "inv_at",
+    }
+)

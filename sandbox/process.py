@@ -48,21 +48,39 @@ class SandboxProcess:
     ``admin_url`` (``http://127.0.0.1:PORT/admin``), ``process``.
     """
 
-    def __init__(self, containers: int = 500, seed: int = 49, rate_limit: int = 0,
-                 faults: str | None = None, clock: str | None = None,
-                 api_key: str = "sandbox-key", host: str = "127.0.0.1",
-                 startup_timeout: float = 120.0, extra_args: list[str] | None = None,
-                 webhook_backoff: float | None = None, webhook_timeout: float | None = None,
-                 document_delay: float | None = None,
-                 emails_per_day: float | None = None,
-                 active_share: float | None = None) -> None:
-        self.options = dict(containers=containers, seed=seed, rate_limit=rate_limit,
-                            faults=faults, clock=clock, api_key=api_key, host=host)
-        self.event_options = {"--webhook-backoff-seconds": webhook_backoff,
-                              "--webhook-timeout-seconds": webhook_timeout,
-                              "--document-delay-seconds": document_delay,
-                              "--emails-per-day": emails_per_day,
-                              "--active-share": active_share}
+    def __init__(
+        self,
+        containers: int = 500,
+        seed: int = 49,
+        rate_limit: int = 0,
+        faults: str | None = None,
+        clock: str | None = None,
+        api_key: str = "sandbox-key",
+        host: str = "127.0.0.1",
+        startup_timeout: float = 120.0,
+        extra_args: list[str] | None = None,
+        webhook_backoff: float | None = None,
+        webhook_timeout: float | None = None,
+        document_delay: float | None = None,
+        emails_per_day: float | None = None,
+        active_share: float | None = None,
+    ) -> None:
+        self.options = dict(
+            containers=containers,
+            seed=seed,
+            rate_limit=rate_limit,
+            faults=faults,
+            clock=clock,
+            api_key=api_key,
+            host=host,
+        )
+        self.event_options = {
+            "--webhook-backoff-seconds": webhook_backoff,
+            "--webhook-timeout-seconds": webhook_timeout,
+            "--document-delay-seconds": document_delay,
+            "--emails-per-day": emails_per_day,
+            "--active-share": active_share,
+        }
         self.startup_timeout = startup_timeout
         self.extra_args = list(extra_args or [])
         self.base_url = ""
@@ -76,9 +94,24 @@ class SandboxProcess:
     def command(self) -> list[str]:
         """The command line that starts the server."""
         o = self.options
-        cmd = [sys.executable, "-m", "sandbox", "serve", "--host", str(o["host"]), "--port", "0",
-               "--containers", str(o["containers"]), "--seed", str(o["seed"]),
-               "--api-key", str(o["api_key"]), "--rate-limit", str(o["rate_limit"])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "sandbox",
+            "serve",
+            "--host",
+            str(o["host"]),
+            "--port",
+            "0",
+            "--containers",
+            str(o["containers"]),
+            "--seed",
+            str(o["seed"]),
+            "--api-key",
+            str(o["api_key"]),
+            "--rate-limit",
+            str(o["rate_limit"]),
+        ]
         if o["faults"]:
             cmd += ["--faults", str(o["faults"])]
         if o["clock"]:
@@ -93,9 +126,14 @@ class SandboxProcess:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
         # Its own session (a Ctrl+C meant for the parent does not cut it mid-answer) and, on
         # Linux, SIGTERM when the parent dies, so a killed test or CLI leaves no server behind.
-        self.process = subprocess.Popen(self.command(), stdout=subprocess.PIPE,
-                                        stderr=self._stderr, cwd=REPO_ROOT,
-                                        start_new_session=True, preexec_fn=_die_with_parent)
+        self.process = subprocess.Popen(
+            self.command(),
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            cwd=REPO_ROOT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         lines: dict[str, str] = {}
         stdout = self.process.stdout
         assert stdout is not None
@@ -117,8 +155,9 @@ class SandboxProcess:
         self.base_url = lines["base_url"]
         self.api_key = lines["api_key"]
         self.admin_url = self.base_url.rsplit("/v2", 1)[0] + "/admin"
-        self._client = httpx.Client(headers={"Authorization": f"Token {self.api_key}"},
-                                    timeout=600.0)
+        self._client = httpx.Client(
+            headers={"Authorization": f"Token {self.api_key}"}, timeout=600.0
+        )
         deadline = time.monotonic() + self.startup_timeout
         while True:
             try:
@@ -160,8 +199,12 @@ class SandboxProcess:
     def __enter__(self) -> SandboxProcess:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     # ---- admin calls ---------------------------------------------------------------------
@@ -212,16 +255,22 @@ class SandboxProcess:
         return self._admin("POST", "stats/reset")
 
     # ---- webhooks ------------------------------------------------------------------------
-    def register_webhook(self, url: str, events: list[str] | None = None, active: bool = True,
-                         headers: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    def register_webhook(
+        self,
+        url: str,
+        events: list[str] | None = None,
+        active: bool = True,
+        headers: list[dict[str, str]] | None = None,
+    ) -> dict[str, Any]:
         """``POST /v2/webhooks``; returns the ``webhook`` resource (``attributes.secret``)."""
         attrs: dict[str, Any] = {"url": url, "active": active}
         if events is not None:
             attrs["events"] = events
         if headers is not None:
             attrs["headers"] = headers
-        resp = self.client.post(f"{self.base_url}/webhooks",
-                                json={"data": {"type": "webhook", "attributes": attrs}})
+        resp = self.client.post(
+            f"{self.base_url}/webhooks", json={"data": {"type": "webhook", "attributes": attrs}}
+        )
         resp.raise_for_status()
         out: dict[str, Any] = resp.json()["data"]
         return out
@@ -236,25 +285,39 @@ class SandboxProcess:
         last_status_code, last_error, last_attempt_at, next_attempt_at), ``webhook_id`` and
         ``body`` (the exact delivered body text)."""
         params = {"event": event} if event else {}
-        out: list[dict[str, Any]] = self._admin("GET", "ground_truth/notifications",
-                                                **params)["notifications"]
+        out: list[dict[str, Any]] = self._admin("GET", "ground_truth/notifications", **params)[
+            "notifications"
+        ]
         return out
 
     def deliver_pending(self, timeout: float = 30.0, due_only: bool = False) -> dict[str, Any]:
         """Wait until every notification is delivered or failed (``due_only``: until no attempt
         is due now); returns ``settled`` plus counts by status."""
-        return self._admin("POST", "webhooks/flush", timeout=timeout,
-                           due_only=str(due_only).lower())
+        return self._admin(
+            "POST", "webhooks/flush", timeout=timeout, due_only=str(due_only).lower()
+        )
 
-    def blast(self, count: int = 100, duplicates: float = 0.0, bad_signature: float = 0.0,
-              malformed: float = 0.0, seed: int = 0, webhook_id: str | None = None,
-              concurrency: int = 20) -> dict[str, Any]:
+    def blast(
+        self,
+        count: int = 100,
+        duplicates: float = 0.0,
+        bad_signature: float = 0.0,
+        malformed: float = 0.0,
+        seed: int = 0,
+        webhook_id: str | None = None,
+        concurrency: int = 20,
+    ) -> dict[str, Any]:
         """``POST /admin/webhooks/blast``: deliver ``count`` valid notifications plus injected
         faults to one webhook; returns the report (``valid_ids``, ``duplicate_ids``,
         ``bad_signature_ids``, ``malformed_ids``, ``results``, ...)."""
-        params: dict[str, Any] = dict(count=count, duplicates=duplicates,
-                                      bad_signature=bad_signature, malformed=malformed,
-                                      seed=seed, concurrency=concurrency)
+        params: dict[str, Any] = dict(
+            count=count,
+            duplicates=duplicates,
+            bad_signature=bad_signature,
+            malformed=malformed,
+            seed=seed,
+            concurrency=concurrency,
+        )
         if webhook_id:
             params["webhook_id"] = webhook_id
         return self._admin("POST", "webhooks/blast", **params)
@@ -262,8 +325,7 @@ class SandboxProcess:
     # ---- documents -----------------------------------------------------------------------
     def process_documents(self, ids: list[str] | None = None) -> dict[str, Any]:
         """Finish classification/extraction of pending documents now (emits their events)."""
-        params: list[tuple[str, str | int | float | bool | None]] = [("id", i)
-                                                                    for i in ids or []]
+        params: list[tuple[str, str | int | float | bool | None]] = [("id", i) for i in ids or []]
         resp = self.client.post(f"{self.admin_url}/documents/process", params=params or None)
         resp.raise_for_status()
         out: dict[str, Any] = resp.json()
@@ -273,24 +335,44 @@ class SandboxProcess:
         """Ground truth of documents, email submissions and representations."""
         return self._admin("GET", "ground_truth/documents")
 
-    def upload_document(self, data: bytes, filename: str = "invoice.pdf",
-                        content_type: str = "application/pdf",
-                        name: str | None = None) -> httpx.Response:
+    def upload_document(
+        self,
+        data: bytes,
+        filename: str = "invoice.pdf",
+        content_type: str = "application/pdf",
+        name: str | None = None,
+    ) -> httpx.Response:
         """The whole direct-upload flow (blob, PUT, ``POST /documents``); returns the last
         response (201, or 409 for duplicate content)."""
         import base64
         import hashlib
 
         checksum = base64.b64encode(hashlib.md5(data).digest()).decode()  # noqa: S324
-        resp = self.client.post(f"{self.base_url}/rails/active_storage/direct_uploads",
-                                json={"blob": {"filename": filename,
-                                               "content_type": content_type,
-                                               "byte_size": len(data), "checksum": checksum}})
+        resp = self.client.post(
+            f"{self.base_url}/rails/active_storage/direct_uploads",
+            json={
+                "blob": {
+                    "filename": filename,
+                    "content_type": content_type,
+                    "byte_size": len(data),
+                    "checksum": checksum,
+                }
+            },
+        )
         resp.raise_for_status()
         blob = resp.json()
         up = blob["direct_upload"]
         put = httpx.put(up["url"], content=data, headers=up["headers"], timeout=60)
         put.raise_for_status()
-        return self.client.post(f"{self.base_url}/documents", json={"data": {
-            "type": "document", "attributes": {"name": name or filename,
-                                               "attached_document": blob["signed_id"]}}})
+        return self.client.post(
+            f"{self.base_url}/documents",
+            json={
+                "data": {
+                    "type": "document",
+                    "attributes": {
+                        "name": name or filename,
+                        "attached_document": blob["signed_id"],
+                    },
+                }
+            },
+        )

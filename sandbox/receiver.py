@@ -36,8 +36,9 @@ class WebhookReceiver:
     appends).
     """
 
-    def __init__(self, respond: Callable[[str, dict[str, str], bytes], int] | None = None,
-                 delay: float = 0.0) -> None:
+    def __init__(
+        self, respond: Callable[[str, dict[str, str], bytes], int] | None = None, delay: float = 0.0
+    ) -> None:
         self.respond = respond or (lambda path, headers, body: 200)
         self.delay = delay
         self.requests: list[Received] = []

@@ -31,8 +31,14 @@ __all__ = ["CONTAINER_INCLUDES", "EVENT_INCLUDES", "SHIPMENT_INCLUDES", "Rendere
 Resource = dict[str, Any]
 
 CONTAINER_INCLUDES = ("shipment", "pod_terminal", "pickup_facility", "transport_events")
-SHIPMENT_INCLUDES = ("containers", "pod_terminal", "port_of_lading", "port_of_discharge",
-                     "destination", "destination_terminal")
+SHIPMENT_INCLUDES = (
+    "containers",
+    "pod_terminal",
+    "port_of_lading",
+    "port_of_discharge",
+    "destination",
+    "destination_terminal",
+)
 EVENT_INCLUDES = ("location", "terminal", "container", "shipment")
 
 _ALL_PORTS: tuple[R.Port, ...] = R.ORIGINS + R.US_PORTS + R.INLAND
@@ -52,8 +58,7 @@ class Renderer:
         seed = account.seed
         self.port_ids = {p.code: derive_uuid(seed, "port", p.code) for p in _ALL_PORTS}
         self.terminal_ids = [derive_uuid(seed, "terminal", t.firms_code) for t in R.TERMINALS]
-        self.rail_ids = [derive_uuid(seed, "rail_terminal", t.firms_code)
-                         for t in R.RAIL_TERMINALS]
+        self.rail_ids = [derive_uuid(seed, "rail_terminal", t.firms_code) for t in R.RAIL_TERMINALS]
         self._terminals = [self._terminal(k) for k in range(len(R.TERMINALS))]
         self._rails = [self._rail_terminal(k) for k in range(len(R.RAIL_TERMINALS))]
         self._ports = {p.code: self._port(p) for p in _ALL_PORTS}
@@ -64,23 +69,39 @@ class Renderer:
         t = R.TERMINALS[k]
         tid = self.terminal_ids[k]
         return {
-            "id": tid, "type": "terminal",
+            "id": tid,
+            "type": "terminal",
             "attributes": {
-                "id": tid, "nickname": t.nickname, "name": t.name, "firms_code": t.firms_code,
-                "smdg_code": t.smdg_code, "bic_facility_code": None,
+                "id": tid,
+                "nickname": t.nickname,
+                "name": t.name,
+                "firms_code": t.firms_code,
+                "smdg_code": t.smdg_code,
+                "bic_facility_code": None,
                 "provided_data": {
-                    "pickup_lfd": t.provides_lfd, "pod_full_out_at": True,
-                    "pickup_lfd_notes": "", "available_for_pickup": t.provides_availability,
-                    "fees_at_pod_terminal": t.provides_fees, "holds_at_pod_terminal": True,
-                    "pickup_appointment_at": True, "location_at_pod_terminal":
-                        t.provides_availability,
-                    "available_for_pickup_notes": "", "fees_at_pod_terminal_notes": "",
-                    "holds_at_pod_terminal_notes": "", "pickup_appointment_at_notes": "",
-                    "pod_full_out_chassis_number": True, "location_at_pod_terminal_notes": "",
+                    "pickup_lfd": t.provides_lfd,
+                    "pod_full_out_at": True,
+                    "pickup_lfd_notes": "",
+                    "available_for_pickup": t.provides_availability,
+                    "fees_at_pod_terminal": t.provides_fees,
+                    "holds_at_pod_terminal": True,
+                    "pickup_appointment_at": True,
+                    "location_at_pod_terminal": t.provides_availability,
+                    "available_for_pickup_notes": "",
+                    "fees_at_pod_terminal_notes": "",
+                    "holds_at_pod_terminal_notes": "",
+                    "pickup_appointment_at_notes": "",
+                    "pod_full_out_chassis_number": True,
+                    "location_at_pod_terminal_notes": "",
                     "pod_full_out_chassis_number_notes": "",
                 },
-                "street": t.street, "city": t.city, "state": t.state, "state_abbr": t.state_abbr,
-                "zip": t.zip, "country": "United States", "facility_type": "ocean_terminal",
+                "street": t.street,
+                "city": t.city,
+                "state": t.state,
+                "state_abbr": t.state_abbr,
+                "zip": t.zip,
+                "country": "United States",
+                "facility_type": "ocean_terminal",
             },
             "relationships": {"port": {"data": _ident(self.port_ids[t.port], "port")}},
         }
@@ -89,22 +110,39 @@ class Renderer:
         t = R.RAIL_TERMINALS[k]
         rid = self.rail_ids[k]
         return {
-            "id": rid, "type": "rail_terminal",
-            "attributes": {"id": rid, "name": t.name, "nickname": t.nickname,
-                           "firms_code": t.firms_code, "facility_type": "rail_terminal"},
+            "id": rid,
+            "type": "rail_terminal",
+            "attributes": {
+                "id": rid,
+                "name": t.name,
+                "nickname": t.nickname,
+                "firms_code": t.firms_code,
+                "facility_type": "rail_terminal",
+            },
             "relationships": {"port": {"data": _ident(self.port_ids[t.port], "port")}},
         }
 
     def _port(self, p: R.Port) -> Resource:
         pid = self.port_ids[p.code]
-        terms = [_ident(self.terminal_ids[k], "terminal")
-                 for k, t in enumerate(R.TERMINALS) if t.port == p.code]
+        terms = [
+            _ident(self.terminal_ids[k], "terminal")
+            for k, t in enumerate(R.TERMINALS)
+            if t.port == p.code
+        ]
         return {
-            "id": pid, "type": "port",
-            "attributes": {"id": pid, "name": p.name, "code": p.code, "state_abbr": p.state_abbr,
-                           "city": p.city, "country_code": p.country_code,
-                           "latitude": p.latitude, "longitude": p.longitude,
-                           "time_zone": p.time_zone},
+            "id": pid,
+            "type": "port",
+            "attributes": {
+                "id": pid,
+                "name": p.name,
+                "code": p.code,
+                "state_abbr": p.state_abbr,
+                "city": p.city,
+                "country_code": p.country_code,
+                "latitude": p.latitude,
+                "longitude": p.longitude,
+                "time_zone": p.time_zone,
+            },
             "relationships": {"terminals": {"data": terms}},
         }
 
@@ -142,12 +180,15 @@ class Renderer:
                 desc = R.OTHER_HOLD_TEXT[(i + h.slot) % len(R.OTHER_HOLD_TEXT)]
             elif name == "customs":
                 desc = R.CUSTOMS_HOLD_TEXT[(i + h.slot) % len(R.CUSTOMS_HOLD_TEXT)]
-            holds.append({"name": name, "status": "hold" if h.blocking else "pending",
-                          "description": desc})
+            holds.append(
+                {"name": name, "status": "hold" if h.blocking else "pending", "description": desc}
+            )
         teu = 1 if c["elen"] <= 1 else 2
         pod_code = R.TERMINALS[term].port
-        fees = [{"type": typ, "amount": amt, "currency_code": "USD"}
-                for typ, amt in W.fee_lines(c, t, teu, pod_code in R.RAIL_HEAVY)]
+        fees = [
+            {"type": typ, "amount": amt, "currency_code": "USD"}
+            for typ, amt in W.fee_lines(c, t, teu, pod_code in R.RAIL_HEAVY)
+        ]
         avail_known = c["avail_known"] == 1
         if not avail_known:
             available: bool | None = None
@@ -165,8 +206,10 @@ class Renderer:
         status = W.status(c, t)
         location = None
         if yard and avail_known:
-            location = (f"{R.TERMINAL_LOCATIONS[i % len(R.TERMINAL_LOCATIONS)]} - "
-                        f"{chr(65 + i % 20)}{(i * 7) % 90 + 10:02d}{chr(65 + (i // 20) % 6)}")
+            location = (
+                f"{R.TERMINAL_LOCATIONS[i % len(R.TERMINAL_LOCATIONS)]} - "
+                f"{chr(65 + i % 20)}{(i * 7) % 90 + 10:02d}{chr(65 + (i // 20) % 6)}"
+            )
         chassis = None
         if c["chassis"] and truck and t >= full_out:
             chassis = f"{_CHASSIS[i % len(_CHASSIS)]}{(i * 131) % 1_000_000:06d}"
@@ -204,15 +247,16 @@ class Renderer:
                 "terminal_checked_at": iso(tchk) if tchk != NONE else None,
                 "fees_at_pod_terminal": fees,
                 "pickup_lfd": lfds["pickup_lfd"],
-                "pickup_appointment_at": (iso(c["appt"]) if c["appt"] < NEVER
-                                          and t >= c["appt"] - 2 * W.DAY else None),
+                "pickup_appointment_at": (
+                    iso(c["appt"]) if c["appt"] < NEVER and t >= c["appt"] - 2 * W.DAY else None
+                ),
                 "pod_full_out_chassis_number": chassis,
                 "location_at_pod_terminal": location,
                 "pod_last_tracking_request_at": iso(ref) if arrived_soon else None,
-                "shipment_last_tracking_request_at": iso(max(ref - (i * 53) % 900,
-                                                             c["created"])),
-                "rail_last_tracking_request_at": (iso(ref) if rail and t >= c["rail_loaded"]
-                                                  else None),
+                "shipment_last_tracking_request_at": iso(max(ref - (i * 53) % 900, c["created"])),
+                "rail_last_tracking_request_at": (
+                    iso(ref) if rail and t >= c["rail_loaded"] else None
+                ),
                 "availability_known": avail_known,
                 "pod_timezone": pod_tz,
                 "final_destination_timezone": ind_tz,
@@ -222,8 +266,9 @@ class Renderer:
                 "ind_rail_carrier_scac": rail_scacs[1],
                 "pod_rail_loaded_at": vis(c["rail_loaded"]),
                 "pod_rail_departed_at": vis(c["rail_departed"]),
-                "ind_eta_at": (iso(c["ind_ata"]) if rail and c["rail_departed"] <= t < c["ind_ata"]
-                               else None),
+                "ind_eta_at": (
+                    iso(c["ind_ata"]) if rail and c["rail_departed"] <= t < c["ind_ata"] else None
+                ),
                 "ind_ata_at": vis(c["ind_ata"]),
                 "ind_rail_unloaded_at": vis(c["rail_unloaded"]),
                 "ind_facility_holds": [] if rail and t >= c["rail_unloaded"] else None,
@@ -234,15 +279,16 @@ class Renderer:
             },
             "relationships": {
                 "shipment": {"data": _ident(a.shipment_ids[c["ship"]], "shipment")},
-                "pickup_facility": {"data": _ident(self.terminal_ids[term], "terminal")
-                                    if c["pickup_fac"] else None},
+                "pickup_facility": {
+                    "data": _ident(self.terminal_ids[term], "terminal") if c["pickup_fac"] else None
+                },
                 "pod_terminal": {"data": _ident(self.terminal_ids[term], "terminal")},
-                "transport_events": {"data": [
-                    _ident(sub_id(cid, e.slot), "transport_event")
-                    for e in evs]},
-                "raw_events": {"data": [
-                    _ident(sub_id(cid, 1000 + e.slot), "raw_event")
-                    for e in evs]},
+                "transport_events": {
+                    "data": [_ident(sub_id(cid, e.slot), "transport_event") for e in evs]
+                },
+                "raw_events": {
+                    "data": [_ident(sub_id(cid, 1000 + e.slot), "raw_event") for e in evs]
+                },
             },
         }
 
@@ -278,33 +324,38 @@ class Renderer:
                 terminal = _ident(self.rail_ids[s["dest"]], "rail_terminal")
             else:
                 terminal = None
-            out.append({
-                "id": sub_id(cid, e.slot),
-                "type": "transport_event",
-                "attributes": {
-                    "event": e.name,
-                    "created_at": iso(e.created_at),
-                    "voyage_number": voyage if vessel_event else None,
-                    "timestamp": iso(e.timestamp),
-                    "data_source": e.data_source,
-                    "invalidated_at": iso(e.invalidated_at) if e.invalidated_at < NEVER else None,
-                    "location_locode": code,
-                    "timezone": tz,
-                    "value": e.value,
-                },
-                "relationships": {
-                    "shipment": {"data": _ident(sid, "shipment")},
-                    "container": {"data": _ident(cid, "container")},
-                    "vessel": {"data": _ident(vessel_id, "vessel") if vessel_event else None},
-                    "source_event": {"data": _ident(
-                        sub_id(cid, 1000 + e.slot), "raw_event")},
-                    "previous_version": {"data": _ident(
-                        sub_id(cid, e.previous_slot), "transport_event")
-                        if e.previous_slot != NONE else None},
-                    "location": {"data": _ident(self.port_ids[code], "port")},
-                    "terminal": {"data": terminal},
-                },
-            })
+            out.append(
+                {
+                    "id": sub_id(cid, e.slot),
+                    "type": "transport_event",
+                    "attributes": {
+                        "event": e.name,
+                        "created_at": iso(e.created_at),
+                        "voyage_number": voyage if vessel_event else None,
+                        "timestamp": iso(e.timestamp),
+                        "data_source": e.data_source,
+                        "invalidated_at": iso(e.invalidated_at)
+                        if e.invalidated_at < NEVER
+                        else None,
+                        "location_locode": code,
+                        "timezone": tz,
+                        "value": e.value,
+                    },
+                    "relationships": {
+                        "shipment": {"data": _ident(sid, "shipment")},
+                        "container": {"data": _ident(cid, "container")},
+                        "vessel": {"data": _ident(vessel_id, "vessel") if vessel_event else None},
+                        "source_event": {"data": _ident(sub_id(cid, 1000 + e.slot), "raw_event")},
+                        "previous_version": {
+                            "data": _ident(sub_id(cid, e.previous_slot), "transport_event")
+                            if e.previous_slot != NONE
+                            else None
+                        },
+                        "location": {"data": _ident(self.port_ids[code], "port")},
+                        "terminal": {"data": terminal},
+                    },
+                }
+            )
         return out
 
     # ---- shipments -------------------------------------------------------------------------
@@ -322,9 +373,14 @@ class Renderer:
         seed = a.seed
         normalized = f"{(k * 104729 + seed * 7919) % 10**10:010d}"
         refs = s["refs"]
-        ref_numbers: list[str] | None = None if refs == 3 else [
-            f"{p}-{(k * 7 + j * 13 + seed) % 100000:05d}"
-            for j, p in enumerate(("PO", "SO")[:refs])]
+        ref_numbers: list[str] | None = (
+            None
+            if refs == 3
+            else [
+                f"{p}-{(k * 7 + j * 13 + seed) % 100000:05d}"
+                for j, p in enumerate(("PO", "SO")[:refs])
+            ]
+        )
         word = R.VESSEL_WORDS[s["vessel"]]
         vessel = f"{carrier.vessel_prefix} {word}" if carrier.vessel_prefix else f"{word} EXPRESS"
         atd, ata = s["atd"], s["ata"]
@@ -387,16 +443,22 @@ class Renderer:
                 "port_of_lading": {"data": _ident(self.port_ids[pol.code], "port")},
                 "port_of_discharge": {"data": _ident(self.port_ids[pod.code], "port")},
                 "pod_terminal": {"data": _ident(self.terminal_ids[s["term"]], "terminal")},
-                "destination": {"data": _ident(self.port_ids[dest.code], "port")
-                                if dest else None},
-                "destination_terminal": {"data": _ident(self.rail_ids[s["dest"]], "rail_terminal")
-                                         if dest else None},
-                "line_tracking_stopped_by_user": {"data": _ident(
-                    derive_uuid(seed, "user", k % 5), "user")
-                    if reason == "cancelled_by_user" else None},
-                "containers": {"data": [
-                    _ident(a.container_ids[j], "container") for j in range(first, first + s["n"])
-                    if not (a.deleted and j in a.deleted)]},
+                "destination": {"data": _ident(self.port_ids[dest.code], "port") if dest else None},
+                "destination_terminal": {
+                    "data": _ident(self.rail_ids[s["dest"]], "rail_terminal") if dest else None
+                },
+                "line_tracking_stopped_by_user": {
+                    "data": _ident(derive_uuid(seed, "user", k % 5), "user")
+                    if reason == "cancelled_by_user"
+                    else None
+                },
+                "containers": {
+                    "data": [
+                        _ident(a.container_ids[j], "container")
+                        for j in range(first, first + s["n"])
+                        if not (a.deleted and j in a.deleted)
+                    ]
+                },
             },
         }
 
@@ -422,10 +484,12 @@ class Renderer:
                 for inc in includes:
                     if inc == "shipment":
                         put(("shipment", a.shipment_ids[ship]), lambda s=ship: self.shipment(s))
-                    elif inc == "pod_terminal" or (inc == "pickup_facility"
-                                                   and c.get(idx, "pickup_fac")):
-                        put(("terminal", self.terminal_ids[term]),
-                            lambda k=term: self._terminals[k])
+                    elif inc == "pod_terminal" or (
+                        inc == "pickup_facility" and c.get(idx, "pickup_fac")
+                    ):
+                        put(
+                            ("terminal", self.terminal_ids[term]), lambda k=term: self._terminals[k]
+                        )
                     elif inc == "transport_events":
                         for ev in self.transport_events(idx):
                             put(("transport_event", ev["id"]), lambda e=ev: e)
@@ -440,8 +504,10 @@ class Renderer:
                                 continue
                             put(("container", a.container_ids[j]), lambda j=j: self.container(j))
                     elif inc == "pod_terminal":
-                        put(("terminal", self.terminal_ids[s["term"]]),
-                            lambda k=s["term"]: self._terminals[k])
+                        put(
+                            ("terminal", self.terminal_ids[s["term"]]),
+                            lambda k=s["term"]: self._terminals[k],
+                        )
                     elif inc == "port_of_lading":
                         put(("port", self.port_ids[pol]), lambda p=pol: self._ports[p])
                     elif inc == "port_of_discharge":
@@ -450,8 +516,10 @@ class Renderer:
                         code = R.INLAND[s["dest"]].code
                         put(("port", self.port_ids[code]), lambda p=code: self._ports[p])
                     elif inc == "destination_terminal" and s["dest"] != NONE:
-                        put(("rail_terminal", self.rail_ids[s["dest"]]),
-                            lambda k=s["dest"]: self._rails[k])
+                        put(
+                            ("rail_terminal", self.rail_ids[s["dest"]]),
+                            lambda k=s["dest"]: self._rails[k],
+                        )
         return list(out.values())
 
     def event_included(self, i: int, evs: list[Resource], includes: list[str]) -> list[Resource]:

@@ -52,9 +52,13 @@ class SandboxState:
     def __post_init__(self) -> None:
         self.renderer = Renderer(self.account)
         self.injector = FaultInjector(self.faults, self.account.seed)
-        self.hub = WebhookHub(self.account.seed, backoff=self.webhook_backoff,
-                              max_retries=self.webhook_max_retries,
-                              timeout=self.webhook_timeout, concurrency=self.webhook_concurrency)
+        self.hub = WebhookHub(
+            self.account.seed,
+            backoff=self.webhook_backoff,
+            max_retries=self.webhook_max_retries,
+            timeout=self.webhook_timeout,
+            concurrency=self.webhook_concurrency,
+        )
         self.builder = Builder(self.account, self.renderer)
         self.docs = DocumentStore(self.account, self.renderer)
         n = len(self.account.container_ids)

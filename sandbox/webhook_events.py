@@ -24,34 +24,60 @@ from sandbox.render import Renderer, iso
 Resource = dict[str, Any]
 
 EVENTS: tuple[str, ...] = (
-    "container.transport.vessel_arrived", "container.transport.estimated.vessel_arrived",
-    "container.transport.vessel_discharged", "container.transport.vessel_loaded",
-    "container.transport.vessel_departed", "container.transport.estimated.vessel_departed",
-    "container.transport.rail_departed", "container.transport.rail_arrived",
-    "container.transport.rail_loaded", "container.transport.rail_unloaded",
-    "container.transport.transshipment_arrived", "container.transport.transshipment_discharged",
-    "container.transport.transshipment_loaded", "container.transport.transshipment_departed",
-    "container.transport.feeder_arrived", "container.transport.feeder_discharged",
-    "container.transport.feeder_loaded", "container.transport.feeder_departed",
-    "container.transport.empty_out", "container.transport.full_in",
-    "container.transport.full_out", "container.transport.empty_in",
-    "container.transport.vessel_berthed", "shipment.estimated.arrival",
-    "tracking_request.succeeded", "tracking_request.failed",
-    "tracking_request.awaiting_manifest", "tracking_request.tracking_stopped",
-    "container.created", "container.updated", "container.pod_terminal_changed",
+    "container.transport.vessel_arrived",
+    "container.transport.estimated.vessel_arrived",
+    "container.transport.vessel_discharged",
+    "container.transport.vessel_loaded",
+    "container.transport.vessel_departed",
+    "container.transport.estimated.vessel_departed",
+    "container.transport.rail_departed",
+    "container.transport.rail_arrived",
+    "container.transport.rail_loaded",
+    "container.transport.rail_unloaded",
+    "container.transport.transshipment_arrived",
+    "container.transport.transshipment_discharged",
+    "container.transport.transshipment_loaded",
+    "container.transport.transshipment_departed",
+    "container.transport.feeder_arrived",
+    "container.transport.feeder_discharged",
+    "container.transport.feeder_loaded",
+    "container.transport.feeder_departed",
+    "container.transport.empty_out",
+    "container.transport.full_in",
+    "container.transport.full_out",
+    "container.transport.empty_in",
+    "container.transport.vessel_berthed",
+    "shipment.estimated.arrival",
+    "tracking_request.succeeded",
+    "tracking_request.failed",
+    "tracking_request.awaiting_manifest",
+    "tracking_request.tracking_stopped",
+    "container.created",
+    "container.updated",
+    "container.pod_terminal_changed",
     "container.transport.arrived_at_inland_destination",
     "container.transport.estimated.arrived_at_inland_destination",
-    "container.pickup_lfd.changed", "container.pickup_lfd_line.changed",
-    "container.pickup_lfd_terminal.changed", "container.pickup_lfd_rail.changed",
-    "container.pickup_appointment.changed", "container.transport.available",
-    "container.transport.not_available", "container.transport.delivered",
-    "document.extracted", "document.extraction_failed",
+    "container.pickup_lfd.changed",
+    "container.pickup_lfd_line.changed",
+    "container.pickup_lfd_terminal.changed",
+    "container.pickup_lfd_rail.changed",
+    "container.pickup_appointment.changed",
+    "container.transport.available",
+    "container.transport.not_available",
+    "container.transport.delivered",
+    "document.extracted",
+    "document.extraction_failed",
 )
 EVENT_SET = frozenset(EVENTS)
 DOCUMENT_EVENT_VERSION = "2026-03-10"
 # container_updated_event changesets carry these attributes (openapi container_updated_event).
-ALERT_FIELDS: tuple[str, ...] = ("available_for_pickup", "pickup_lfd", "fees_at_pod_terminal",
-                                 "holds_at_pod_terminal", "pickup_appointment_at")
+ALERT_FIELDS: tuple[str, ...] = (
+    "available_for_pickup",
+    "pickup_lfd",
+    "fees_at_pod_terminal",
+    "holds_at_pod_terminal",
+    "pickup_appointment_at",
+)
 LFD_VARIANTS: tuple[tuple[str, str], ...] = (
     ("pickup_lfd_line", "container.pickup_lfd_line.changed"),
     ("pickup_lfd_terminal", "container.pickup_lfd_terminal.changed"),
@@ -59,32 +85,51 @@ LFD_VARIANTS: tuple[tuple[str, str], ...] = (
 )
 
 
-
 def ident(rid: str, rtype: str) -> dict[str, str]:
     """A JSON:API resource identifier."""
     return {"id": rid, "type": rtype}
 
 
-
-def envelope(nid: str, event: str, created_at: str, webhook_id: str | None,
-             reference: dict[str, str] | None, document_id: str | None = None) -> Resource:
+def envelope(
+    nid: str,
+    event: str,
+    created_at: str,
+    webhook_id: str | None,
+    reference: dict[str, str] | None,
+    document_id: str | None = None,
+) -> Resource:
     """``data`` of a notification body, shaped like the captured examples.
 
     Document events carry ``version`` and a ``document`` relationship (no webhook relationship);
     every other event carries ``reference_object``, ``webhook`` and ``webhook_notification_logs``.
     """
     if document_id is not None:
-        return {"id": nid, "type": "webhook_notification",
-                "attributes": {"event": event, "delivery_status": "pending",
-                               "created_at": created_at, "version": DOCUMENT_EVENT_VERSION},
-                "relationships": {"document": {"data": ident(document_id, "document")}}}
-    return {"id": nid, "type": "webhook_notification",
-            "attributes": {"id": nid, "event": event, "delivery_status": "pending",
-                           "created_at": created_at},
-            "relationships": {
-                "reference_object": {"data": reference},
-                "webhook": {"data": ident(webhook_id, "webhook") if webhook_id else None},
-                "webhook_notification_logs": {"data": []}}}
+        return {
+            "id": nid,
+            "type": "webhook_notification",
+            "attributes": {
+                "event": event,
+                "delivery_status": "pending",
+                "created_at": created_at,
+                "version": DOCUMENT_EVENT_VERSION,
+            },
+            "relationships": {"document": {"data": ident(document_id, "document")}},
+        }
+    return {
+        "id": nid,
+        "type": "webhook_notification",
+        "attributes": {
+            "id": nid,
+            "event": event,
+            "delivery_status": "pending",
+            "created_at": created_at,
+        },
+        "relationships": {
+            "reference_object": {"data": reference},
+            "webhook": {"data": ident(webhook_id, "webhook") if webhook_id else None},
+            "webhook_notification_logs": {"data": []},
+        },
+    }
 
 
 @dataclass
@@ -99,8 +144,11 @@ class Occurrence:
 
     def envelope(self, nid: str, webhook_id: str | None) -> Resource:
         """``data`` of the notification ``nid`` announcing this occurrence to ``webhook_id``."""
-        ref = (ident(self.reference["id"], self.reference["type"])
-               if self.reference is not None else None)
+        ref = (
+            ident(self.reference["id"], self.reference["type"])
+            if self.reference is not None
+            else None
+        )
         return envelope(nid, self.event, self.created_at, webhook_id, ref, self.document_id)
 
 
@@ -159,18 +207,26 @@ class Builder:
         ev = {
             "id": derive_uuid(a.seed, "lfd_event", f"{cid}:{event}:{when}"),
             "type": "transport_event",
-            "attributes": {"event": event, "created_at": iso(when), "voyage_number": None,
-                           "timestamp": iso(when),
-                           "data_source": "terminal" if "terminal" in event else "shipping_line",
-                           "invalidated_at": None, "location_locode": code, "timezone": tz,
-                           "value": value},
+            "attributes": {
+                "event": event,
+                "created_at": iso(when),
+                "voyage_number": None,
+                "timestamp": iso(when),
+                "data_source": "terminal" if "terminal" in event else "shipping_line",
+                "invalidated_at": None,
+                "location_locode": code,
+                "timezone": tz,
+                "value": value,
+            },
             "relationships": {
                 "shipment": {"data": ident(a.shipment_ids[c["ship"]], "shipment")},
                 "container": {"data": ident(cid, "container")},
-                "vessel": {"data": None}, "source_event": {"data": None},
+                "vessel": {"data": None},
+                "source_event": {"data": None},
                 "previous_version": {"data": None},
                 "location": {"data": ident(loc_id, "port")},
-                "terminal": {"data": terminal}},
+                "terminal": {"data": terminal},
+            },
         }
         return self.transport(i, ev)
 
@@ -183,13 +239,17 @@ class Builder:
         ev = {
             "id": derive_uuid(a.seed, "container_updated_event", f"{cid}:{when}"),
             "type": "container_updated_event",
-            "attributes": {"changeset": changeset, "timestamp": iso(when),
-                           "data_source": "terminal",
-                           "timezone": port["attributes"]["time_zone"]},
+            "attributes": {
+                "changeset": changeset,
+                "timestamp": iso(when),
+                "data_source": "terminal",
+                "timezone": port["attributes"]["time_zone"],
+            },
             "relationships": {
                 "container": {"data": ident(cid, "container")},
                 "terminal": {"data": ident(term["id"], "terminal")},
-                "shipment": {"data": ident(a.shipment_ids[ship], "shipment")}},
+                "shipment": {"data": ident(a.shipment_ids[ship], "shipment")},
+            },
         }
         inc = [self.r.shipment(ship), port, term, self.r.container(i), ev]
         return Occurrence("container.updated", iso(a.clock), ev, inc)
@@ -202,15 +262,26 @@ class Builder:
         created = a.shipments.get(s, "created")
         tr_id = derive_uuid(a.seed, "tracking_request", s)
         tr = {
-            "id": tr_id, "type": "tracking_request",
+            "id": tr_id,
+            "type": "tracking_request",
             "attributes": {
-                "request_number": sa["bill_of_lading_number"], "request_type": "bill_of_lading",
-                "scac": sa["shipping_line_scac"], "ref_numbers": sa["ref_numbers"] or [],
-                "shipment_tags": sa["tags"], "created_at": iso(created - 3600),
-                "updated_at": iso(created), "status": "created", "failed_reason": None,
-                "is_retrying": False, "retry_count": None},
-            "relationships": {"tracked_object": {"data": ident(ship["id"], "shipment")},
-                              "customer": {"data": None}, "user": {"data": None}},
+                "request_number": sa["bill_of_lading_number"],
+                "request_type": "bill_of_lading",
+                "scac": sa["shipping_line_scac"],
+                "ref_numbers": sa["ref_numbers"] or [],
+                "shipment_tags": sa["tags"],
+                "created_at": iso(created - 3600),
+                "updated_at": iso(created),
+                "status": "created",
+                "failed_reason": None,
+                "is_retrying": False,
+                "retry_count": None,
+            },
+            "relationships": {
+                "tracked_object": {"data": ident(ship["id"], "shipment")},
+                "customer": {"data": None},
+                "user": {"data": None},
+            },
             "links": {"self": f"/v2/tracking_requests/{tr_id}"},
         }
         first, n = a.shipments.get(s, "first"), a.shipments.get(s, "n")
@@ -229,22 +300,31 @@ class Builder:
         ev = {
             "id": derive_uuid(a.seed, "estimated_event", f"{s}:{when}"),
             "type": "estimated_event",
-            "attributes": {"created_at": iso(when), "estimated_timestamp": sa["pod_eta_at"],
-                           "voyage_number": sa["pod_voyage_number"],
-                           "event": "shipment.estimated.arrival",
-                           "location_locode": sa["port_of_discharge_locode"],
-                           "data_source": "shipping_line", "timezone": sa["pod_timezone"]},
+            "attributes": {
+                "created_at": iso(when),
+                "estimated_timestamp": sa["pod_eta_at"],
+                "voyage_number": sa["pod_voyage_number"],
+                "event": "shipment.estimated.arrival",
+                "location_locode": sa["port_of_discharge_locode"],
+                "data_source": "shipping_line",
+                "timezone": sa["pod_timezone"],
+            },
             "relationships": {
                 "shipment": {"data": ident(ship["id"], "shipment")},
                 "port": {"data": ident(pod["id"], "port")},
-                "vessel": {"data": ident(derive_uuid(
-                    a.seed, "vessel", f"{row['carrier']}:{row['vessel']}"), "vessel")}},
+                "vessel": {
+                    "data": ident(
+                        derive_uuid(a.seed, "vessel", f"{row['carrier']}:{row['vessel']}"), "vessel"
+                    )
+                },
+            },
         }
         return Occurrence("shipment.estimated.arrival", iso(a.clock), ev, [ship, pod, ev])
 
     # ---- what an advance emits -------------------------------------------------------------
-    def changes(self, old: int, changed: list[int], new_idx: list[int],
-                wanted: frozenset[str]) -> list[Occurrence]:
+    def changes(
+        self, old: int, changed: list[int], new_idx: list[int], wanted: frozenset[str]
+    ) -> list[Occurrence]:
         """Occurrences between clock ``old`` and the account's clock, limited to ``wanted``.
 
         Per changed container: every transport event that became visible (milestones and the
@@ -263,8 +343,11 @@ class Builder:
             cid = a.container_ids[i]
             term = c["term"]
             pod_tz = self.r._pod_tz[term]
-            ind_tz = (R.INLAND[a.shipments.get(c["ship"], "dest")].time_zone
-                      if c["mode"] == W.MODE_RAIL else None)
+            ind_tz = (
+                R.INLAND[a.shipments.get(c["ship"], "dest")].time_zone
+                if c["mode"] == W.MODE_RAIL
+                else None
+            )
             before = {e.slot for e in W.events(c, old, pod_tz, ind_tz)}
             old_ids = {sub_id(cid, slot) for slot in before}
             for ev in self.r.transport_events(i):
@@ -325,8 +408,9 @@ class Builder:
             attrs = self.r.container(i)["attributes"]
             key = ALERT_FIELDS[rand_below(rng, len(ALERT_FIELDS))]
             cur = attrs[key]
-            was: Any = (not cur if isinstance(cur, bool) else
-                        [] if isinstance(cur, list) and cur else None)
+            was: Any = (
+                not cur if isinstance(cur, bool) else [] if isinstance(cur, list) and cur else None
+            )
             if was == cur:
                 was, cur = None, iso(a.clock)
                 key = "pickup_lfd" if attrs["pickup_lfd"] is None else key
@@ -374,13 +458,12 @@ def rand_below(rng: random.Random, n: int) -> int:
     return int(rng.random() * n)
 
 
-def body_of(data: Resource, included: list[Resource], links: dict[str, str] | None = None
-            ) -> dict[str, Any]:
+def body_of(
+    data: Resource, included: list[Resource], links: dict[str, str] | None = None
+) -> dict[str, Any]:
     """A notification body: ``data``, optional ``links``, ``included``."""
     out: dict[str, Any] = {"data": data}
     if links is not None:
         out["links"] = links
     out["included"] = included
     return out
-
-

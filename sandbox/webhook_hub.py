@@ -45,7 +45,6 @@ def sign(secret: str, body: bytes) -> str:
     return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-
 @dataclass
 class Webhook:
     """A registered endpoint."""
@@ -60,10 +59,18 @@ class Webhook:
 
     def resource(self) -> Resource:
         """The ``webhook`` resource (with ``secret``, as the API returns it)."""
-        return {"id": self.id, "type": "webhook", "attributes": {
-            "url": self.url, "active": self.active, "events": list(self.events),
-            "secret": self.secret, "headers": self.headers or None,
-            "created_at": self.created_at}}
+        return {
+            "id": self.id,
+            "type": "webhook",
+            "attributes": {
+                "url": self.url,
+                "active": self.active,
+                "events": list(self.events),
+                "secret": self.secret,
+                "headers": self.headers or None,
+                "created_at": self.created_at,
+            },
+        }
 
 
 @dataclass
@@ -93,15 +100,18 @@ class Notification:
         """
         data = dict(self.data)
         data["attributes"] = {**self.data["attributes"], "delivery_status": self.status}
-        data["meta"] = {"attempts": self.attempts, "last_status_code": self.last_status_code,
-                        "last_error": self.last_error, "last_attempt_at": self.last_attempt_at,
-                        "next_attempt_at": self.next_attempt_at}
+        data["meta"] = {
+            "attempts": self.attempts,
+            "last_status_code": self.last_status_code,
+            "last_error": self.last_error,
+            "last_attempt_at": self.last_attempt_at,
+            "next_attempt_at": self.next_attempt_at,
+        }
         return data
 
     def truth(self) -> dict[str, Any]:
         """Ground-truth record: resource plus the exact body bytes delivered (as text)."""
         return {**self.resource(), "webhook_id": self.webhook_id, "body": self.body.decode()}
-
 
 
 @dataclass
@@ -145,12 +155,25 @@ class WebhookHub:
     _task: asyncio.Task[None] | None = None
 
     # ---- registration ------------------------------------------------------------------------
-    def register(self, url: str, events: list[str] | None, active: bool, created_at: str,
-                 headers: list[dict[str, str]] | None = None) -> Webhook:
+    def register(
+        self,
+        url: str,
+        events: list[str] | None,
+        active: bool,
+        created_at: str,
+        headers: list[dict[str, str]] | None = None,
+    ) -> Webhook:
         """Add a webhook (``events`` None = every event); returns it with a fresh secret."""
         wid = derive_uuid(self.seed, "webhook", f"{len(self.webhooks)}:{secrets.token_hex(4)}")
-        hook = Webhook(wid, url, list(events) if events else list(EVENTS), active,
-                       secrets.token_hex(32), list(headers or []), created_at)
+        hook = Webhook(
+            wid,
+            url,
+            list(events) if events else list(EVENTS),
+            active,
+            secrets.token_hex(32),
+            list(headers or []),
+            created_at,
+        )
         self.webhooks[wid] = hook
         return hook
 
@@ -173,8 +196,7 @@ class WebhookHub:
             nid = self._next_id()
             data = occ.envelope(nid, hook.id)
             body = orjson.dumps(body_of(data, occ.included))
-            note = Notification(nid, occ.event, hook.id, occ.created_at, data, body,
-                                occ.reference)
+            note = Notification(nid, occ.event, hook.id, occ.created_at, data, body, occ.reference)
             self.notifications[nid] = note
             self._schedule(note, 0.0)
             ids.append(nid)
@@ -194,8 +216,12 @@ class WebhookHub:
     def summary(self) -> dict[str, Any]:
         """Counts by delivery status and by event."""
         by_status = Counter(n.status for n in self.notifications.values())
-        return {"notifications": len(self.notifications), "by_status": dict(by_status),
-                "in_flight": self._inflight, "emitted": dict(self.emitted)}
+        return {
+            "notifications": len(self.notifications),
+            "by_status": dict(by_status),
+            "in_flight": self._inflight,
+            "emitted": dict(self.emitted),
+        }
 
     # ---- delivery --------------------------------------------------------------------------
     async def start(self) -> None:
@@ -203,9 +229,13 @@ class WebhookHub:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._client = httpx.AsyncClient(
-            timeout=self.timeout, follow_redirects=False,
-            limits=httpx.Limits(max_connections=max(self.concurrency, 20) * 2,
-                                max_keepalive_connections=max(self.concurrency, 20)))
+            timeout=self.timeout,
+            follow_redirects=False,
+            limits=httpx.Limits(
+                max_connections=max(self.concurrency, 20) * 2,
+                max_keepalive_connections=max(self.concurrency, 20),
+            ),
+        )
         self._task = asyncio.create_task(self.run())
 
     async def stop(self) -> None:
@@ -217,8 +247,13 @@ class WebhookHub:
         if self._client is not None:
             await self._client.aclose()
 
-    async def post(self, url: str, body: bytes, signature: str | None,
-                   extra: list[dict[str, str]] | None = None) -> DeliveryResult:
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        signature: str | None,
+        extra: list[dict[str, str]] | None = None,
+    ) -> DeliveryResult:
         """One POST of ``body`` to ``url`` with the delivery headers; never raises."""
         assert self._client is not None
         headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
@@ -232,9 +267,12 @@ class WebhookHub:
             return DeliveryResult(None, "timeout")
         except httpx.HTTPError as e:
             return DeliveryResult(None, f"{type(e).__name__}: {e}"[:300])
-        return DeliveryResult(resp.status_code, None if resp.status_code in SUCCESS else
-                              f"HTTP {resp.status_code}", dict(resp.headers),
-                              resp.text[:2000])
+        return DeliveryResult(
+            resp.status_code,
+            None if resp.status_code in SUCCESS else f"HTTP {resp.status_code}",
+            dict(resp.headers),
+            resp.text[:2000],
+        )
 
     async def run(self) -> None:
         """Worker: attempt every due notification, ``concurrency`` at a time, forever."""
@@ -268,8 +306,7 @@ class WebhookHub:
                 note.status, note.last_error = "failed", "webhook deleted"
                 note.next_attempt_at = None
                 return
-            res = await self.post(hook.url, note.body, sign(hook.secret, note.body),
-                                  hook.headers)
+            res = await self.post(hook.url, note.body, sign(hook.secret, note.body), hook.headers)
             note.attempts += 1
             note.last_status_code, note.last_error = res.status_code, res.error
             note.last_attempt_at = _wall_iso(0.0)
@@ -299,8 +336,8 @@ class WebhookHub:
             now = time.monotonic()
             if due_only:
                 done = self._inflight == 0 and not any(
-                    d <= now and self.notifications[n].status == "pending"
-                    for d, _, n in self._heap)
+                    d <= now and self.notifications[n].status == "pending" for d, _, n in self._heap
+                )
             else:
                 done = self._inflight == 0 and self.pending() == 0
             if done:
@@ -310,9 +347,17 @@ class WebhookHub:
             await asyncio.sleep(0.01)
 
     # ---- blast -------------------------------------------------------------------------------
-    async def blast(self, builder: Builder, hook: Webhook, count: int, duplicates: float,
-                    bad_signature: float, malformed: float, seed: int,
-                    concurrency: int) -> dict[str, Any]:
+    async def blast(
+        self,
+        builder: Builder,
+        hook: Webhook,
+        count: int,
+        duplicates: float,
+        bad_signature: float,
+        malformed: float,
+        seed: int,
+        concurrency: int,
+    ) -> dict[str, Any]:
         """Deliver ``count`` valid notifications plus injected faults to ``hook`` once each.
 
         Injected deliveries (exact counts, ``round(count * rate)``): ``duplicates`` re-send the
@@ -338,8 +383,9 @@ class WebhookHub:
         plan: list[dict[str, Any]] = []
         valid: list[tuple[str, bytes]] = [make() for _ in range(count)]
         for nid, body in valid:
-            plan.append({"id": nid, "kind": "valid", "body": body,
-                         "signature": sign(hook.secret, body)})
+            plan.append(
+                {"id": nid, "kind": "valid", "body": body, "signature": sign(hook.secret, body)}
+            )
         n_dup = round(count * duplicates) if count else 0
         n_bad = round(count * bad_signature)
         n_mal = round(count * malformed)
@@ -356,15 +402,21 @@ class WebhookHub:
         for k in range(n_bad):
             nid, body = make()
             how = bad_kinds[k % 3]
-            sig: str | None = (sign("not-" + hook.secret, body) if how == "wrong_secret" else
-                               None if how == "missing" else sign(hook.secret, body + b" "))
-            extra.append({"id": nid, "kind": "bad_signature", "how": how, "body": body,
-                          "signature": sig})
+            sig: str | None = (
+                sign("not-" + hook.secret, body)
+                if how == "wrong_secret"
+                else None
+                if how == "missing"
+                else sign(hook.secret, body + b" ")
+            )
+            extra.append(
+                {"id": nid, "kind": "bad_signature", "how": how, "body": body, "signature": sig}
+            )
         for k in range(n_mal):
             nid, body = make()
             how = mal_kinds[k % 4]
             if how == "truncated":
-                body = body[:max(10, len(body) // 2)]
+                body = body[: max(10, len(body) // 2)]
             elif how == "not_json":
                 body = b"<html><body>502 Bad Gateway " + nid.encode() + b"</body></html>"
             elif how == "missing_id":
@@ -374,8 +426,15 @@ class WebhookHub:
                 body = orjson.dumps(doc)
             else:
                 body = orjson.dumps([orjson.loads(body)["data"]])
-            extra.append({"id": nid, "kind": "malformed", "how": how, "body": body,
-                          "signature": sign(hook.secret, body)})
+            extra.append(
+                {
+                    "id": nid,
+                    "kind": "malformed",
+                    "how": how,
+                    "body": body,
+                    "signature": sign(hook.secret, body),
+                }
+            )
         for item in extra:
             plan.insert(rand_below(rng, len(plan) + 1), item)
 
@@ -386,22 +445,32 @@ class WebhookHub:
         async def one(k: int, item: dict[str, Any]) -> None:
             async with sem:
                 res = await self.post(hook.url, item["body"], item["signature"], hook.headers)
-            results[k] = {"seq": k, "id": item["id"], "kind": item["kind"],
-                          "how": item.get("how"), "status_code": res.status_code,
-                          "error": res.error}
+            results[k] = {
+                "seq": k,
+                "id": item["id"],
+                "kind": item["kind"],
+                "how": item.get("how"),
+                "status_code": res.status_code,
+                "error": res.error,
+            }
 
         await asyncio.gather(*(one(k, item) for k, item in enumerate(plan)))
         codes = Counter(str(r["status_code"]) for r in results)
         return {
-            "webhook_id": hook.id, "url": hook.url, "count": count, "deliveries": len(plan),
+            "webhook_id": hook.id,
+            "url": hook.url,
+            "count": count,
+            "deliveries": len(plan),
             "valid_ids": [nid for nid, _ in valid],
             "duplicate_ids": [p["id"] for p in plan if p["kind"] == "duplicate"],
             "bad_signature_ids": [p["id"] for p in plan if p["kind"] == "bad_signature"],
             "malformed_ids": [p["id"] for p in plan if p["kind"] == "malformed"],
-            "malformed": [{"id": p["id"], "how": p["how"]} for p in plan
-                          if p["kind"] == "malformed"],
+            "malformed": [
+                {"id": p["id"], "how": p["how"]} for p in plan if p["kind"] == "malformed"
+            ],
             "by_kind": dict(Counter(p["kind"] for p in plan)),
-            "status_codes": dict(codes), "results": results,
+            "status_codes": dict(codes),
+            "results": results,
             "seconds": round(time.monotonic() - started, 3),
         }
 
@@ -409,5 +478,3 @@ class WebhookHub:
 def _wall_iso(delay: float) -> str:
     ts = time.time() + delay
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
-
-

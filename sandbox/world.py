@@ -38,8 +38,19 @@ STALE_NULL = 1
 STALE_FIXED = 2
 
 STATUSES: tuple[str, ...] = (
-    "new", "on_ship", "available", "not_available", "grounded", "on_rail", "picked_up",
-    "off_dock", "delivered", "dropped", "loaded", "empty_returned", "awaiting_inland_transfer",
+    "new",
+    "on_ship",
+    "available",
+    "not_available",
+    "grounded",
+    "on_rail",
+    "picked_up",
+    "off_dock",
+    "delivered",
+    "dropped",
+    "loaded",
+    "empty_returned",
+    "awaiting_inland_transfer",
 )
 RAIL_ONLY = frozenset({"grounded", "on_rail", "off_dock", "loaded", "awaiting_inland_transfer"})
 TRUCK_ONLY = frozenset({"available", "not_available"})
@@ -55,7 +66,8 @@ Row = dict[str, int]
 
 
 _TIMES: tuple[str, ...] = tuple(
-    f"T{h:02d}:{m:02d}:{sec:02d}Z" for h in range(24) for m in range(60) for sec in range(60))
+    f"T{h:02d}:{m:02d}:{sec:02d}Z" for h in range(24) for m in range(60) for sec in range(60)
+)
 _DAYS: dict[int, str] = {}
 
 
@@ -165,9 +177,21 @@ def status(c: Row, t: int) -> str:
 def status_points(c: Row) -> list[int]:
     """The instants at which :func:`status` can change, sorted (used to place a plan in time)."""
     pts = {
-        c["loaded"], c["discharged"], c["available"], c["full_out"], c["offdock_at"],
-        c["rail_loaded"], c["rail_departed"], c["rail_unloaded"], c["dest_full_out"],
-        c["post_at"], c["empty_ret"], c["h1_on"], c["h1_off"], c["h2_on"], c["h2_off"],
+        c["loaded"],
+        c["discharged"],
+        c["available"],
+        c["full_out"],
+        c["offdock_at"],
+        c["rail_loaded"],
+        c["rail_departed"],
+        c["rail_unloaded"],
+        c["dest_full_out"],
+        c["post_at"],
+        c["empty_ret"],
+        c["h1_on"],
+        c["h1_off"],
+        c["h2_on"],
+        c["h2_off"],
     }
     return sorted(p for p in pts if p < NEVER)
 
@@ -233,14 +257,13 @@ def fee_lines(c: Row, t: int, teu: int, tmf_port: bool) -> list[tuple[str, float
         return []
     days = demurrage_days(c, t)
     lines: list[tuple[str, float]] = [("demurrage", float(demurrage_amount(days)))]
-    exam_seen = any(
-        c[f"h{k}_kind"] in (1, 4) and c[f"h{k}_on"] <= t for k in (1, 2)
-    )
+    exam_seen = any(c[f"h{k}_kind"] in (1, 4) and c[f"h{k}_on"] <= t for k in (1, 2))
     if exam_seen and c["exam_fee"] > 0:
         lines.append(("exam", float(c["exam_fee"])))
     if days > EXTENDED_DWELL_AFTER_DAYS:
-        lines.append(("extended_dwell_time",
-                      float((days - EXTENDED_DWELL_AFTER_DAYS) * EXTENDED_DWELL_RATE)))
+        lines.append(
+            ("extended_dwell_time", float((days - EXTENDED_DWELL_AFTER_DAYS) * EXTENDED_DWELL_RATE))
+        )
     if tmf_port and c["fees_mode"] == 2:
         lines.append(("other", round(TMF_PER_TEU * teu, 2)))
     lines.append(("total", round(sum(a for _, a in lines), 2)))
@@ -255,10 +278,20 @@ def change_points(c: Row) -> list[int]:
     boundaries of demurrage while the box sits past its LFD, and event invalidation.
     """
     pts = set(status_points(c))
-    pts.update((
-        c["empty_out"], c["full_in"], c["atd"], c["ata"] - DAY, c["ata"], c["ata"] + 2 * HOUR,
-        c["ind_ata"], c["lfd_post"], c["lfd_chg"], c["inv_at"],
-    ))
+    pts.update(
+        (
+            c["empty_out"],
+            c["full_in"],
+            c["atd"],
+            c["ata"] - DAY,
+            c["ata"],
+            c["ata"] + 2 * HOUR,
+            c["ind_ata"],
+            c["lfd_post"],
+            c["lfd_chg"],
+            c["inv_at"],
+        )
+    )
     if c["appt"] < NEVER:
         pts.add(c["appt"] - 2 * DAY)
     exit_at = yard_exit(c)
@@ -315,13 +348,32 @@ def events(c: Row, t: int, pod_tz: str, ind_tz: str | None) -> list[Event]:
     created = c["created"]
     out: list[Event] = []
 
-    def add(slot: int, name: str, ts: int, place: str, source: str = "shipping_line",
-            value: str | None = None, seen: int | None = None, inv: int = NEVER,
-            prev: int = NONE) -> None:
+    def add(
+        slot: int,
+        name: str,
+        ts: int,
+        place: str,
+        source: str = "shipping_line",
+        value: str | None = None,
+        seen: int | None = None,
+        inv: int = NEVER,
+        prev: int = NONE,
+    ) -> None:
         seen_at = ts if seen is None else seen
         if seen_at <= t and ts < NEVER:
-            out.append(Event(slot, name, ts, max(seen_at, created), place, source, value,
-                             inv if inv <= t else NEVER, prev))
+            out.append(
+                Event(
+                    slot,
+                    name,
+                    ts,
+                    max(seen_at, created),
+                    place,
+                    source,
+                    value,
+                    inv if inv <= t else NEVER,
+                    prev,
+                )
+            )
 
     add(1, "container.transport.empty_out", c["empty_out"], "pol")
     add(2, "container.transport.full_in", c["full_in"], "pol")
@@ -329,8 +381,14 @@ def events(c: Row, t: int, pod_tz: str, ind_tz: str | None) -> list[Event]:
     add(4, "container.transport.vessel_departed", c["atd"], "pol")
     if c["inv_at"] < NEVER:
         # The line first reported arrival six hours early, then corrected it.
-        add(5, "container.transport.vessel_arrived", c["ata"] - 6 * HOUR, "pod",
-            seen=c["ata"], inv=c["inv_at"])
+        add(
+            5,
+            "container.transport.vessel_arrived",
+            c["ata"] - 6 * HOUR,
+            "pod",
+            seen=c["ata"],
+            inv=c["inv_at"],
+        )
         add(17, "container.transport.vessel_arrived", c["ata"], "pod", seen=c["inv_at"], prev=5)
     else:
         add(5, "container.transport.vessel_arrived", c["ata"], "pod")
@@ -358,8 +416,7 @@ def events(c: Row, t: int, pod_tz: str, ind_tz: str | None) -> list[Event]:
         val = pickup_lfd(c, when)
         if val != prev_val and val < NEVER:
             # An LFD is local midnight of a US zone (UTC-4..-10): its UTC date is the local date.
-            add(slot, "container.pickup_lfd.changed", when, "pod",
-                value=_utc_date(val))
+            add(slot, "container.pickup_lfd.changed", when, "pod", value=_utc_date(val))
             prev_val = val
         slot += 1
     return out

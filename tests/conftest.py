@@ -53,8 +53,14 @@ class OutsideReads:
         if repo.parent != repo.parent.parent:
             names = {n for n in os.listdir(self.outside) if not n.startswith(".")} - {repo.name}
         self.siblings = frozenset(names)
-        for root in (sys.prefix, sys.base_prefix, sys.exec_prefix, tempfile.gettempdir(),
-                     site.getusersitepackages(), *site.getsitepackages()):
+        for root in (
+            sys.prefix,
+            sys.base_prefix,
+            sys.exec_prefix,
+            tempfile.gettempdir(),
+            site.getusersitepackages(),
+            *site.getsitepackages(),
+        ):
             self.exempt(root)
 
     def exempt(self, root: str | Path) -> None:
@@ -115,16 +121,18 @@ def _fail(report: pytest.TestReport | pytest.CollectReport) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector
-                               ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
     report = yield
     _fail(report)
     return report
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
-                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     _fail(report)
     return report
@@ -253,8 +261,9 @@ def sb() -> Iterator[Any]:
 def http(sb: Any) -> Iterator[Any]:
     import httpx
 
-    with httpx.Client(base_url=sb.base_url,
-                      headers={"Authorization": f"Token {sb.api_key}"}, timeout=60) as c:
+    with httpx.Client(
+        base_url=sb.base_url, headers={"Authorization": f"Token {sb.api_key}"}, timeout=60
+    ) as c:
         yield c
 
 

@@ -93,8 +93,12 @@ def walk(tmp: Path) -> Walk:
     out = Walk(path)
     clock = ApiClock(START)
     with (
-        SandboxProcess(containers=CONTAINERS, seed=SEED, clock=START.isoformat(),
-                       extra_args=["--no-pod-deadlines"]) as sb,
+        SandboxProcess(
+            containers=CONTAINERS,
+            seed=SEED,
+            clock=START.isoformat(),
+            extra_args=["--no-pod-deadlines"],
+        ) as sb,
         WebhookReceiver() as rx,
     ):
         api = ApiSettings.resolve(

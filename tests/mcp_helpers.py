@@ -22,15 +22,22 @@ def mcp_server(db: Path, env: dict[str, str] | None = None, *args: str) -> Itera
 
 
 INITIALIZE: dict[str, Any] = {
-    "jsonrpc": "2.0", "id": 1, "method": "initialize",
-    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-               "clientInfo": {"name": "test", "version": "0"}},
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
 }
 
 
 def raw_initialize(base: str, authorization: str | None = None) -> httpx.Response:
-    headers = {"Accept": "application/json, text/event-stream",
-               "MCP-Protocol-Version": "2025-06-18"}
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
     if authorization:
         headers["Authorization"] = authorization
     return httpx.post(base + "/mcp", json=INITIALIZE, headers=headers, timeout=30)

@@ -16,8 +16,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TERMINAL49_")}
-    return subprocess.run([sys.executable, "-m", "freetime_cli.main", *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "freetime_cli.main", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_port_in_use_is_one_line_without_noise() -> None:

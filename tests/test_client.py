@@ -60,8 +60,11 @@ def _client(script: list[str], sleeps: list[float]) -> tuple[Terminal49Client, l
 def test_never_answered_gives_up_after_a_few_tries() -> None:
     sleeps: list[float] = []
     client, seen = _client(["refused"] * 20, sleeps)
-    with pytest.raises(Unreachable, match=r"cannot reach the API at http://api.test/v2 "
-                       r"\(connection refused\)") as err:
+    with pytest.raises(
+        Unreachable,
+        match=r"cannot reach the API at http://api.test/v2 "
+        r"\(connection refused\)",
+    ) as err:
         client.get_json("/containers")
     assert len(seen) == settings.UNREACHABLE_ATTEMPTS
     assert isinstance(err.value, RetriesExhausted) and "secret-key-1" not in str(err.value)
@@ -92,8 +95,13 @@ def test_an_unsupported_protocol_is_not_retried() -> None:
         raise httpx.UnsupportedProtocol("Request URL has an unsupported protocol 'ftp://'.")
 
     sleeps: list[float] = []
-    client = Terminal49Client("http://api.test/v2", "k", rate_limit_per_minute=None,
-                              transport=httpx.MockTransport(handler), sleep=sleeps.append)
+    client = Terminal49Client(
+        "http://api.test/v2",
+        "k",
+        rate_limit_per_minute=None,
+        transport=httpx.MockTransport(handler),
+        sleep=sleeps.append,
+    )
     with pytest.raises(Unreachable, match="unsupported protocol"):
         client.get_json("/containers")
     assert client.stats.requests == 1 and sleeps == []
@@ -134,9 +142,7 @@ def test_an_api_that_never_answers_stalls_the_load_after_the_stall_bound(
 ) -> None:
     monkeypatch.setenv("TERMINAL49_STALL_SECONDS", "0.5")
     api = ApiSettings.resolve(base_url=silent_api, api_key="secret-key-1")
-    with Terminal49Client.for_api(api) as client, pytest.raises(
-        ApiStalled
-    ) as err:
+    with Terminal49Client.for_api(api) as client, pytest.raises(ApiStalled) as err:
         client.get_json("/containers")
     assert str(err.value) == (
         f"the API at {silent_api} accepted connections but sent no answer for 0.5 s "
@@ -154,8 +160,9 @@ def test_a_slow_api_that_answers_completes_past_the_stall_bound(
         return 200, {}, OK
 
     server = loopback(slow)
-    with Terminal49Client(server.base_url, "k", rate_limit_per_minute=None,
-                          stall_seconds=1.5, concurrency=2) as client:
+    with Terminal49Client(
+        server.base_url, "k", rate_limit_per_minute=None, stall_seconds=1.5, concurrency=2
+    ) as client:
         pages = list(client.get_many("/containers", ({"n": n} for n in range(12)), json_object))
     assert len(pages) == 12 and client.stats.retries == 0  # 12 x 0.3 s on 2 connections
 
@@ -181,8 +188,7 @@ def _serving(
     """A client of a server that answers 200 with each of ``bodies`` in turn, then OK."""
     server = loopback(lambda path, query, headers: (200, {}, bodies.pop(0) if bodies else OK))
     sleeps: list[float] = []
-    client = Terminal49Client(server.base_url, "k", rate_limit_per_minute=None,
-                              sleep=sleeps.append)
+    client = Terminal49Client(server.base_url, "k", rate_limit_per_minute=None, sleep=sleeps.append)
     return client, server, sleeps
 
 
@@ -222,23 +228,28 @@ def test_a_404_under_a_base_url_without_v2_hints_at_the_path(
 ) -> None:
     server = loopback(lambda path, query, headers: (404, {}, b"<html>Not Found</html>"))
     bare = server.base_url.removesuffix("/v2")
-    with Terminal49Client(bare, "k", rate_limit_per_minute=None) as client, pytest.raises(
-        ApiError
-    ) as err:
+    with (
+        Terminal49Client(bare, "k", rate_limit_per_minute=None) as client,
+        pytest.raises(ApiError) as err,
+    ):
         client.get_json("/containers")
     assert str(err.value) == (
         f"the API answered 404 for {bare}/containers: does the base URL end in /v2?"
     )
-    with Terminal49Client(server.base_url, "k", rate_limit_per_minute=None) as client, \
-            pytest.raises(ApiError, match="^GET /containers: 404") as err:
+    with (
+        Terminal49Client(server.base_url, "k", rate_limit_per_minute=None) as client,
+        pytest.raises(ApiError, match="^GET /containers: 404") as err,
+    ):
         client.get_json("/containers")
 
 
 @pytest.mark.parametrize(
     ("error", "words"),
     [
-        (httpx.RemoteProtocolError("Server disconnected without sending a response."),
-         "the connection dropped"),
+        (
+            httpx.RemoteProtocolError("Server disconnected without sending a response."),
+            "the connection dropped",
+        ),
         (httpx.ReadError("[Errno 104] Connection reset by peer"), "the connection dropped"),
         (httpx.ReadTimeout("timed out"), "no answer within 60 s"),
     ],
@@ -253,8 +264,13 @@ def test_retry_lines_name_the_failure_in_words(
             raise failures.pop()
         return httpx.Response(200, content=OK)
 
-    client = Terminal49Client("http://api.test/v2", "k", rate_limit_per_minute=None,
-                              transport=httpx.MockTransport(handler), sleep=lambda s: None)
+    client = Terminal49Client(
+        "http://api.test/v2",
+        "k",
+        rate_limit_per_minute=None,
+        transport=httpx.MockTransport(handler),
+        sleep=lambda s: None,
+    )
     with caplog.at_level(logging.WARNING, logger="freetime.client"):
         client.get_json("/containers")
     (line,) = [r.getMessage() for r in caplog.records if r.name == "freetime.client"]

@@ -55,16 +55,18 @@ def test_deployments_load_with_schedules_and_limit() -> None:
         ("deployments: []", "declares no deployments"),
         ("deployments:\n  - name: x\n", "needs a name and an entrypoint"),
         ("deployments:\n  - {name: x, entrypoint: 'flows/sync.py:sync', foo: 1}", "unsupported"),
-        ("deployments:\n  - {name: x, entrypoint: 'flows/sync.py:sync', schedules: [{}]}",
-         "exactly one of cron"),
-        ("deployments:\n  - {name: x, entrypoint: 'flows/sync.py:sync', concurrency_limit: 0}",
-         "positive integer"),
+        (
+            "deployments:\n  - {name: x, entrypoint: 'flows/sync.py:sync', schedules: [{}]}",
+            "exactly one of cron",
+        ),
+        (
+            "deployments:\n  - {name: x, entrypoint: 'flows/sync.py:sync', concurrency_limit: 0}",
+            "positive integer",
+        ),
         ("deployments: [", "not valid YAML"),
     ],
 )
-def test_bad_deployment_files_are_refused_plainly(
-    tmp_path: Path, body: str, message: str
-) -> None:
+def test_bad_deployment_files_are_refused_plainly(tmp_path: Path, body: str, message: str) -> None:
     path = tmp_path / "prefect.yaml"
     path.write_text(body)
     with pytest.raises(DeploymentConfigError, match=message):
@@ -77,9 +79,7 @@ def test_bad_deployment_files_are_refused_plainly(
 )
 def test_a_parameter_the_flow_does_not_take_is_refused(tmp_path: Path, where: str) -> None:
     path = tmp_path / "prefect.yaml"
-    path.write_text(
-        f"deployments:\n  - {{name: x, entrypoint: 'flows/sync.py:sync', {where}}}\n"
-    )
+    path.write_text(f"deployments:\n  - {{name: x, entrypoint: 'flows/sync.py:sync', {where}}}\n")
     (spec,) = read_deployments(path)
     with pytest.raises(DeploymentConfigError, match="takes no parameter"):
         spec.to_runner_deployment()
@@ -106,13 +106,16 @@ def test_freetime_serve_registers_the_deployments_and_stops_cleanly_on_a_signal(
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
 
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TERMINAL49_", "FREETIME_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TERMINAL49_", "FREETIME_"))}
     env["PREFECT_API_URL"] = str(PREFECT_API_URL.value())
     env["PREFECT_HOME"] = str(tmp_path / ".prefect")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "freetime_cli.main", "serve"], cwd=tmp_path, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "freetime_cli.main", "serve"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     lines: list[str] = []
     serving = threading.Event()

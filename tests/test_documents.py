@@ -183,13 +183,16 @@ class _ReorderingDocuments:
         if number == 2 and self.order[0] != "d5":
             self.order.remove("d5")
             self.order.insert(0, "d5")
-        page = self.order[(number - 1) * 2: number * 2]
+        page = self.order[(number - 1) * 2 : number * 2]
         more = number * 2 < len(self.order)
-        return httpx.Response(200, json={
-            "data": [{"id": i, "type": "document", "attributes": {"name": i}} for i in page],
-            "meta": {"size": 2, "total": len(self.order) + self.extra_total},
-            "links": {"next": f"/v2/documents?page[number]={number + 1}"} if more else {},
-        })
+        return httpx.Response(
+            200,
+            json={
+                "data": [{"id": i, "type": "document", "attributes": {"name": i}} for i in page],
+                "meta": {"size": 2, "total": len(self.order) + self.extra_total},
+                "links": {"next": f"/v2/documents?page[number]={number + 1}"} if more else {},
+            },
+        )
 
 
 def test_documents_sync_finds_a_document_that_moved_during_the_scan(tmp_path: Path) -> None:
@@ -203,7 +206,11 @@ def test_documents_sync_finds_a_document_that_moved_during_the_scan(tmp_path: Pa
     assert sorted(ids) == [f"d{i}" for i in range(1, 6)], server.requests  # each once
     # one reconciliation page (page 1 again), then complete
     assert [r for r in server.requests if "documents#" in r] == [
-        "/v2/documents#1", "/v2/documents#2", "/v2/documents#3", "/v2/documents#1"]
+        "/v2/documents#1",
+        "/v2/documents#2",
+        "/v2/documents#3",
+        "/v2/documents#1",
+    ]
 
     lying = _ReorderingDocuments(extra_total=1)
     with pytest.raises(LoadFailed, match=r"/documents: saw 5 distinct records of the 6"):

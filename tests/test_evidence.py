@@ -21,8 +21,10 @@ from freetime_cli.main import app  # noqa: E402
 runner = CliRunner()
 NUMBER = "EMCU1764628"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-INSTALL_HINT = ("chromium is not installed; install it with "
-                "`apt-get update && apt-get install -y chromium` (Debian/Ubuntu)")
+INSTALL_HINT = (
+    "chromium is not installed; install it with "
+    "`apt-get update && apt-get install -y chromium` (Debian/Ubuntu)"
+)
 #: a reefer tariff for Tacoma, tiered like the sandbox terminal's demurrage
 TARIFFS = (
     "charge,carrier_scac,port_locode,equipment,free_days,free_basis,tiers,currency,source,as_of\n"
@@ -41,15 +43,26 @@ def page(walked: Walk, tmp_path_factory: pytest.TempPathFactory) -> Path:
     tariffs = tmp / "tariffs.csv"
     tariffs.write_text(TARIFFS)
     out = tmp / "box.html"
-    r = runner.invoke(app, ["evidence", NUMBER, "--duckdb", str(walked.duckdb_path),
-                            "--out", str(out), "--tariffs", str(tariffs)])
+    r = runner.invoke(
+        app,
+        [
+            "evidence",
+            NUMBER,
+            "--duckdb",
+            str(walked.duckdb_path),
+            "--out",
+            str(out),
+            "--tariffs",
+            str(tariffs),
+        ],
+    )
     assert r.exit_code == 0, r.output
     return out
 
 
 def _rows(page: str, table: str) -> list[list[str]]:
-    body = page[page.index(f'<table id="{table}">'):]
-    body = body[:body.index("</table>")]
+    body = page[page.index(f'<table id="{table}">') :]
+    body = body[: body.index("</table>")]
     return [
         [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", tr, re.S)]
         for tr in re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)
@@ -68,7 +81,8 @@ def test_evidence_lists_the_dates_and_the_days_charged(page: Path) -> None:
     assert facts["End of free time (LFD)"] == "2030-01-10"
     assert facts["Free time allowed"] == "3 days"
     assert facts["Basis of free time"].startswith(
-        "the LFD reported as pickup_lfd_terminal, last set 2030-01-11 00:00 UTC")
+        "the LFD reported as pickup_lfd_terminal, last set 2030-01-11 00:00 UTC"
+    )
     assert "tariff line 2: test sheet" in facts["Tariff"]
     assert facts["Picked up (full out)"] == "2030-01-16 20:05 UTC (2030-01-16 12:05 local)"
     assert facts["Empty returned"] == "2030-01-26 12:11 UTC (2030-01-26 04:11 local)"
@@ -78,16 +92,26 @@ def test_evidence_lists_the_dates_and_the_days_charged(page: Path) -> None:
     assert facts["Total freetime computes"] == "1,510.00 USD"
     days = _rows(html, "charged-days")[1:]
     assert [(d[0], d[2]) for d in days[:-1]] == [
-        ("2030-01-11", "235.00 USD"), ("2030-01-12", "235.00 USD"),
-        ("2030-01-13", "235.00 USD"), ("2030-01-14", "235.00 USD"),
-        ("2030-01-15", "285.00 USD"), ("2030-01-16", "285.00 USD"),
+        ("2030-01-11", "235.00 USD"),
+        ("2030-01-12", "235.00 USD"),
+        ("2030-01-13", "235.00 USD"),
+        ("2030-01-14", "235.00 USD"),
+        ("2030-01-15", "285.00 USD"),
+        ("2030-01-16", "285.00 USD"),
     ]
     assert html.count("<tr class=flag>") == 4
     assert [d[3] for d in days[:4]] == ["yes: customs hold, not available"] * 4
     timeline = _rows(html, "timeline")[1:]
     whats = [t[1] for t in timeline]
-    for what in ("customs hold", "LFD (pickup_lfd_terminal)", "discharged", "pickup appointment",
-                 "full out (picked up)", "empty returned", "status"):
+    for what in (
+        "customs hold",
+        "LFD (pickup_lfd_terminal)",
+        "discharged",
+        "pickup appointment",
+        "full out (picked up)",
+        "empty returned",
+        "status",
+    ):
         assert what in whats, what
     moved = [t for t in timeline if t[1] == "LFD (pickup_lfd_terminal)"][-1]
     assert (moved[2], moved[3]) == ("2030-01-11", "2030-01-10")  # LFD columns are DATEs
@@ -118,8 +142,17 @@ def test_the_csv_holds_the_same_facts(page: Path) -> None:
 
 
 def test_an_unknown_container_is_one_line(walked: Walk, tmp_path: Path) -> None:
-    r = runner.invoke(app, ["evidence", "NOPE0000000", "--duckdb", str(walked.duckdb_path),
-                            "--out", str(tmp_path / "x.html")])
+    r = runner.invoke(
+        app,
+        [
+            "evidence",
+            "NOPE0000000",
+            "--duckdb",
+            str(walked.duckdb_path),
+            "--out",
+            str(tmp_path / "x.html"),
+        ],
+    )
     assert r.exit_code == 2 and "no container 'NOPE0000000'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.output
     assert not (tmp_path / "x.html").exists()
@@ -130,10 +163,20 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
     profile.mkdir()
     # no network at all: every host name fails to resolve
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={profile}",
-           "--window-size=1000,1400", *args]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--user-data-dir={profile}",
+        "--window-size=1000,1400",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 

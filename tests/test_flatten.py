@@ -26,13 +26,19 @@ def _container(cid: str = "c1", **attributes: Any) -> dict[str, Any]:
         "pod_timezone": NEW_YORK,
         "final_destination_timezone": None,
         "import_deadlines": {
-            "pickup_lfd_terminal": None, "pickup_lfd_line": None, "pickup_lfd_rail": None
+            "pickup_lfd_terminal": None,
+            "pickup_lfd_line": None,
+            "pickup_lfd_rail": None,
         },
         "holds_at_pod_terminal": [],
     }
     attrs.update(attributes)
-    return {"id": cid, "type": "container", "attributes": attrs,
-            "relationships": {"shipment": {"data": {"id": "s1", "type": "shipment"}}}}
+    return {
+        "id": cid,
+        "type": "container",
+        "attributes": attrs,
+        "relationships": {"shipment": {"data": {"id": "s1", "type": "shipment"}}},
+    }
 
 
 def _rows(*records: dict[str, Any]) -> list[dict[str, Any]]:
@@ -44,8 +50,13 @@ def _pod(line: Any = None, facility: Any = None, unified: Any = None) -> dict[st
     return {
         "line": {**empty, **(line or {})},
         "facility": {**empty, **(facility or {})},
-        "unified": {"original_value": None, "original_selection": None,
-                    "current_value": None, "current_selection": None, **(unified or {})},
+        "unified": {
+            "original_value": None,
+            "original_selection": None,
+            "current_value": None,
+            "current_selection": None,
+            **(unified or {}),
+        },
     }
 
 
@@ -90,12 +101,19 @@ def _every_lfd(cid: str, zone: str, value: str) -> dict[str, Any]:
     """A container whose every LFD field is ``value``, in ``zone`` (port and inland)."""
     both = {"original": value, "current": value, "calculated": value}
     return _container(
-        cid, pod_timezone=zone, final_destination_timezone=zone,
-        pickup_lfd=value, ssl_lfd=value, ind_facility_lfd_on=value,
+        cid,
+        pod_timezone=zone,
+        final_destination_timezone=zone,
+        pickup_lfd=value,
+        ssl_lfd=value,
+        ind_facility_lfd_on=value,
         import_deadlines={
-            "pickup_lfd_terminal": value, "pickup_lfd_line": value, "pickup_lfd_rail": value,
-            "pod": _pod(line=both, facility=both,
-                        unified={"current_value": value, "original_value": value}),
+            "pickup_lfd_terminal": value,
+            "pickup_lfd_line": value,
+            "pickup_lfd_rail": value,
+            "pod": _pod(
+                line=both, facility=both, unified={"current_value": value, "original_value": value}
+            ),
         },
     )
 
@@ -124,13 +142,21 @@ def test_each_lfd_is_read_in_its_own_zone() -> None:
     final_destination_timezone, else pod_timezone, else UTC."""
     instant = "2026-09-24T05:00:00Z"  # the 24th in UTC and in Chicago, the 23rd in Los Angeles
     both = _container(
-        "both", pod_timezone=LOS_ANGELES, final_destination_timezone="America/Chicago",
-        pickup_lfd=instant, ind_facility_lfd_on=instant,
-        import_deadlines={"pickup_lfd_line": instant, "pickup_lfd_rail": instant,
-                          "pod": _pod(unified={"current_value": instant})},
+        "both",
+        pod_timezone=LOS_ANGELES,
+        final_destination_timezone="America/Chicago",
+        pickup_lfd=instant,
+        ind_facility_lfd_on=instant,
+        import_deadlines={
+            "pickup_lfd_line": instant,
+            "pickup_lfd_rail": instant,
+            "pod": _pod(unified={"current_value": instant}),
+        },
     )
     pod_only = _container(
-        "pod-only", pod_timezone=LOS_ANGELES, ind_facility_lfd_on=instant,
+        "pod-only",
+        pod_timezone=LOS_ANGELES,
+        ind_facility_lfd_on=instant,
         import_deadlines={"pickup_lfd_rail": instant},
     )
     neither = _container(
@@ -154,12 +180,16 @@ def test_an_lfd_that_names_no_date_lands_beside_its_column() -> None:
         "odd",
         pickup_lfd="soon",
         ssl_lfd=20260924,
-        import_deadlines={"pickup_lfd_terminal": "2026-09-24T00:00:00",
-                          "pickup_lfd_line": "2026-02-30",
-                          "pod": _pod(facility={"current": "tomorrow", "manual": "yes"})},
+        import_deadlines={
+            "pickup_lfd_terminal": "2026-09-24T00:00:00",
+            "pickup_lfd_line": "2026-02-30",
+            "pod": _pod(facility={"current": "tomorrow", "manual": "yes"}),
+        },
     )
     unknown_zone = _container(
-        "unknown-zone", pod_timezone="Mars/Olympus", pickup_lfd="2026-09-24",
+        "unknown-zone",
+        pod_timezone="Mars/Olympus",
+        pickup_lfd="2026-09-24",
         ssl_lfd="2026-09-24T04:00:00Z",
     )
     good = _container("good", pickup_lfd="2026-09-24")
@@ -186,26 +216,43 @@ def test_an_lfd_that_names_no_date_lands_beside_its_column() -> None:
 
 def test_the_pod_deadlines_land_typed_and_whole() -> None:
     deadlines = {
-        "pickup_lfd_terminal": None, "pickup_lfd_line": None, "pickup_lfd_rail": "2099-12-30",
+        "pickup_lfd_terminal": None,
+        "pickup_lfd_line": None,
+        "pickup_lfd_rail": "2099-12-30",
         "pod": {
-            "line": {"original": "2026-09-22", "current": "2026-09-26T07:00:00Z",
-                     "calculated": None, "manual": True},
-            "facility": {"original": None, "current": "2026-09-25T07:00:00Z",
-                         "calculated": "2026-09-27", "manual": False},
-            "unified": {"original_value": "2026-09-22", "original_selection": "line",
-                        "current_value": "2026-09-25T07:00:00Z",
-                        "current_selection": "facility"},
+            "line": {
+                "original": "2026-09-22",
+                "current": "2026-09-26T07:00:00Z",
+                "calculated": None,
+                "manual": True,
+            },
+            "facility": {
+                "original": None,
+                "current": "2026-09-25T07:00:00Z",
+                "calculated": "2026-09-27",
+                "manual": False,
+            },
+            "unified": {
+                "original_value": "2026-09-22",
+                "original_selection": "line",
+                "current_value": "2026-09-25T07:00:00Z",
+                "current_selection": "facility",
+            },
         },
     }
     with_pod = _container("pod", pod_timezone=LOS_ANGELES, import_deadlines=deadlines)
-    withheld = _container("withheld", import_deadlines={"pod": _pod(
-        line={"current": "2026-09-26"}, unified={"current_selection": "line_calculated"})})
+    withheld = _container(
+        "withheld",
+        import_deadlines={
+            "pod": _pod(
+                line={"current": "2026-09-26"}, unified={"current_selection": "line_calculated"}
+            )
+        },
+    )
     without = _container("without")
     odd_pod = _container("odd-pod", import_deadlines={"pod": "n/a"})
     no_deadlines = _container("no-deadlines", import_deadlines=None)
-    table = flatten.containers_table(
-        [with_pod, withheld, without, odd_pod, no_deadlines], FETCHED
-    )
+    table = flatten.containers_table([with_pod, withheld, without, odd_pod, no_deadlines], FETCHED)
     for name, (_, _, kind) in settings.POD_DEADLINES.items():
         assert table.schema.field(name).type == kind, name
     assert table.schema.field("has_pod_deadlines").type == pa.bool_()
@@ -294,20 +341,24 @@ def test_numbers_an_integer_column_cannot_hold_land_as_text() -> None:
 def test_pages_are_conformed_to_the_types_their_columns_already_have() -> None:
     """A column keeps the type the warehouse (or this load's first page) gave it; a value that
     does not read as that type lands in ``<column>__raw`` (merged with any raw value there)."""
-    types = flatten.ColumnTypes.from_duckdb([
-        ("containers", "gate_code", "BIGINT"),
-        ("containers", "berth", "VARCHAR"),
-        ("containers", "ratio", "DOUBLE"),
-        ("containers", "odd", "STRUCT(a INTEGER)"),  # a type it does not map: left alone
-    ])
-    page = pa.table({
-        "id": ["a", "b", "c"],
-        "gate_code": ["12", "A7", None],  # text now: numbers read, the rest kept raw
-        "gate_code__raw": [None, None, "kept"],
-        "berth": [7, 8, None],  # numbers where text is stored
-        "ratio": [1, 2, 3],  # integers where doubles are stored
-        "new_flag": [True, None, False],  # new: its type is remembered
-    })
+    types = flatten.ColumnTypes.from_duckdb(
+        [
+            ("containers", "gate_code", "BIGINT"),
+            ("containers", "berth", "VARCHAR"),
+            ("containers", "ratio", "DOUBLE"),
+            ("containers", "odd", "STRUCT(a INTEGER)"),  # a type it does not map: left alone
+        ]
+    )
+    page = pa.table(
+        {
+            "id": ["a", "b", "c"],
+            "gate_code": ["12", "A7", None],  # text now: numbers read, the rest kept raw
+            "gate_code__raw": [None, None, "kept"],
+            "berth": [7, 8, None],  # numbers where text is stored
+            "ratio": [1, 2, 3],  # integers where doubles are stored
+            "new_flag": [True, None, False],  # new: its type is remembered
+        }
+    )
     out = types.conform("containers", page).to_pydict()
     assert out["gate_code"] == [12, None, None]
     assert out["gate_code__raw"] == [None, '"A7"', "kept"]
@@ -325,16 +376,28 @@ def test_pages_are_conformed_to_the_types_their_columns_already_have() -> None:
 
 def test_fields_the_api_adds_to_holds_and_fees_land_as_columns() -> None:
     records = [
-        {"id": "c1", "attributes": {"holds_at_pod_terminal": [
-            {"name": "customs", "status": "hold", "placed_at": "2026-01-02T03:04:05Z",
-             "type": "x"},
-            {"name": "freight", "status": "pending"},
-        ]}},
+        {
+            "id": "c1",
+            "attributes": {
+                "holds_at_pod_terminal": [
+                    {
+                        "name": "customs",
+                        "status": "hold",
+                        "placed_at": "2026-01-02T03:04:05Z",
+                        "type": "x",
+                    },
+                    {"name": "freight", "status": "pending"},
+                ]
+            },
+        },
         {"id": "c2", "attributes": {"holds_at_pod_terminal": []}},
     ]
     rows = flatten.holds_table(records, FETCHED).to_pylist()
     assert [(r["container_id"], r["position"], r["_deleted"]) for r in rows] == [
-        ("c1", 0, False), ("c1", 1, False), ("c2", -1, True)]
+        ("c1", 0, False),
+        ("c1", 1, False),
+        ("c2", -1, True),
+    ]
     assert [r["placed_at"] for r in rows] == ["2026-01-02T03:04:05Z", None, None]
     assert [r["attr_type"] for r in rows] == ["x", None, None]  # "type" is a reserved name
     assert [r["name"] for r in rows] == ["customs", "freight", None]
@@ -342,8 +405,14 @@ def test_fields_the_api_adds_to_holds_and_fees_land_as_columns() -> None:
 
 def test_integer_ids_and_types_in_relationships_land_as_text() -> None:
     """JSON:API ids are strings; an API that sends an integer must not fail the load."""
-    records = [{"id": 7, "type": "container", "attributes": {"number": "A"},
-                "relationships": {"shipment": {"data": {"id": 42, "type": "shipment"}}}}]
+    records = [
+        {
+            "id": 7,
+            "type": "container",
+            "attributes": {"number": "A"},
+            "relationships": {"shipment": {"data": {"id": 42, "type": "shipment"}}},
+        }
+    ]
     row = flatten.containers_table(records, FETCHED).to_pylist()[0]
     assert (row["id"], row["shipment_id"]) == ("7", "42")
 
@@ -352,15 +421,21 @@ def test_declared_columns_keep_their_type_whatever_the_warehouse_has() -> None:
     """A warehouse from before LFDs were dates has them as TIMESTAMPTZ: the page keeps its
     DATE columns (the write migrates the warehouse), and undeclared columns still conform."""
     lfds = ("pickup_lfd", "pickup_lfd_terminal", "pod_lfd_unified", "ssl_lfd")
-    types = flatten.ColumnTypes.from_duckdb([
-        *(("containers", name, "TIMESTAMP WITH TIME ZONE") for name in lfds),
-        ("containers", "equipment_length", "VARCHAR"),
-        ("containers", "gate_code", "BIGINT"),
-    ])
+    types = flatten.ColumnTypes.from_duckdb(
+        [
+            *(("containers", name, "TIMESTAMP WITH TIME ZONE") for name in lfds),
+            ("containers", "equipment_length", "VARCHAR"),
+            ("containers", "gate_code", "BIGINT"),
+        ]
+    )
     lfd = _container(
-        pickup_lfd="2026-09-24", ssl_lfd="2026-09-24T04:00:00Z", gate_code="12",
-        import_deadlines={"pickup_lfd_terminal": "2026-09-24",
-                          "pod": _pod(unified={"current_value": "2026-09-24"})},
+        pickup_lfd="2026-09-24",
+        ssl_lfd="2026-09-24T04:00:00Z",
+        gate_code="12",
+        import_deadlines={
+            "pickup_lfd_terminal": "2026-09-24",
+            "pod": _pod(unified={"current_value": "2026-09-24"}),
+        },
     )
     out = types.conform("containers", flatten.containers_table([lfd], FETCHED))
     for name in lfds:
@@ -369,4 +444,3 @@ def test_declared_columns_keep_their_type_whatever_the_warehouse_has() -> None:
     assert out.schema.field("equipment_length").type == pa.int64()  # declared: as flattened
     assert out.column("gate_code").to_pylist() == [12]  # undeclared: conformed to BIGINT
     assert not [n for n in out.column_names if n.endswith("__raw")]
-

@@ -71,12 +71,26 @@ def _summary(tmp_path: Path, **overrides: Any) -> SummaryInput:
         projected_detention=0.0,
         uncosted=1,
         at_risk=at_risk_rows(
-            [{"container_number": "ABCU1234567", "risk_level": "overdue", "currency": "USD",
-              "lfd_date": dt.date(2026, 11, 18), "risk_reason": "LFD passed | 2 days ago",
-              "projected_demurrage": 250.0, "blocking_holds": ["customs"]}]
+            [
+                {
+                    "container_number": "ABCU1234567",
+                    "risk_level": "overdue",
+                    "currency": "USD",
+                    "lfd_date": dt.date(2026, 11, 18),
+                    "risk_reason": "LFD passed | 2 days ago",
+                    "projected_demurrage": 250.0,
+                    "blocking_holds": ["customs"],
+                }
+            ]
         ),
-        exposure_by_terminal=[{"pod_terminal_name": "YTI", "containers": 3, "overdue": 2,
-                               "projected_demurrage": 250.0}],
+        exposure_by_terminal=[
+            {
+                "pod_terminal_name": "YTI",
+                "containers": 3,
+                "overdue": 2,
+                "projected_demurrage": 250.0,
+            }
+        ],
         changes=None,
     )
     base.update(overrides)
@@ -84,11 +98,18 @@ def _summary(tmp_path: Path, **overrides: Any) -> SummaryInput:
 
 
 def test_at_risk_rows_keep_the_given_order_and_are_json_friendly() -> None:
-    rows = at_risk_rows([
-        {"container_number": "B", "risk_level": "overdue", "lfd_date": dt.date(2026, 1, 2),
-         "blocking_holds": ["customs", "freight"], "projected_demurrage": float("nan")},
-        {"container_number": "A", "risk_level": "imminent", "projected_demurrage": 12.345},
-    ])
+    rows = at_risk_rows(
+        [
+            {
+                "container_number": "B",
+                "risk_level": "overdue",
+                "lfd_date": dt.date(2026, 1, 2),
+                "blocking_holds": ["customs", "freight"],
+                "projected_demurrage": float("nan"),
+            },
+            {"container_number": "A", "risk_level": "imminent", "projected_demurrage": 12.345},
+        ]
+    )
     assert [r["container"] for r in rows] == ["B", "A"] and [r["rank"] for r in rows] == [1, 2]
     assert rows[0]["lfd"] == "2026-01-02" and rows[0]["blocking_holds"] == "customs, freight"
     assert rows[1]["projected_demurrage"] == 12.35
@@ -97,21 +118,44 @@ def test_at_risk_rows_keep_the_given_order_and_are_json_friendly() -> None:
 
 def test_summary_markdown_sections_and_report_link(tmp_path: Path) -> None:
     md = summary_markdown(_summary(tmp_path))
-    for part in ("Containers per risk level", "| overdue | 2 |", "Exposure by terminal", "YTI",
-                 "Since the last run", "First run", REPORT_MARKER, "No HTML report yet"):
+    for part in (
+        "Containers per risk level",
+        "| overdue | 2 |",
+        "Exposure by terminal",
+        "YTI",
+        "Since the last run",
+        "First run",
+        REPORT_MARKER,
+        "No HTML report yet",
+    ):
         assert part in md
     assert "LFD passed" not in md or "\\|" in md  # table cells are escaped
     assert "Reconciliation" not in md
     (tmp_path / "report.html").write_text("<html></html>")
-    changes = {"newly_overdue": [{"container_number": "ABCU1234567", "lfd_date": "2026-11-18",
-                                  "days_to_lfd": -2, "risk_reason": "x"}],
-               "newly_ready": [], "lfd_moved": [],
-               "counts": {"newly_overdue": 1, "newly_ready": 0, "lfd_moved": 0}}
-    md = summary_markdown(_summary(
-        tmp_path, changes=changes, flow="reconcile",
-        reconciliation=[Reconciliation("terminal49.containers", 500, 500, 500),
-                        Reconciliation("terminal49.shipments", 510, 509, 509)],
-    ))
+    changes = {
+        "newly_overdue": [
+            {
+                "container_number": "ABCU1234567",
+                "lfd_date": "2026-11-18",
+                "days_to_lfd": -2,
+                "risk_reason": "x",
+            }
+        ],
+        "newly_ready": [],
+        "lfd_moved": [],
+        "counts": {"newly_overdue": 1, "newly_ready": 0, "lfd_moved": 0},
+    }
+    md = summary_markdown(
+        _summary(
+            tmp_path,
+            changes=changes,
+            flow="reconcile",
+            reconciliation=[
+                Reconciliation("terminal49.containers", 500, 500, 500),
+                Reconciliation("terminal49.shipments", 510, 509, 509),
+            ],
+        )
+    )
     assert "newly overdue: **1**" in md and "### Newly overdue" in md
     assert "Open the HTML report" in md and (tmp_path / "report.html").as_uri() in md
     assert "| terminal49.containers | 500 | 500 | 500 | yes |" in md
@@ -150,17 +194,19 @@ def _read_artifacts(artifact_filter: Any) -> list[Any]:
 
     with get_client(sync_client=True) as client:
         return client.read_artifacts(
-            artifact_filter=artifact_filter, flow_run_filter=FlowRunFilter(),
-            task_run_filter=TaskRunFilter(), sort=ArtifactSort.CREATED_DESC, limit=50, offset=0,
+            artifact_filter=artifact_filter,
+            flow_run_filter=FlowRunFilter(),
+            task_run_filter=TaskRunFilter(),
+            sort=ArtifactSort.CREATED_DESC,
+            limit=50,
+            offset=0,
         )
 
 
 def _artifacts(flow_run_id: UUID) -> dict[str, Any]:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
-    found = _read_artifacts(
-        ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
-    )
+    found = _read_artifacts(ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
     return {a.key: a for a in found}
 
 
@@ -173,8 +219,10 @@ def test_sync_loads_risk_and_publishes_both_artifacts(
 
     warehouse = tmp_path / "w.duckdb"
     state = sync(
-        duckdb_path=str(warehouse), base_url=api_env.base_url,
-        as_of=_instant(api_env.clock()), return_state=True,
+        duckdb_path=str(warehouse),
+        base_url=api_env.base_url,
+        as_of=_instant(api_env.clock()),
+        return_state=True,
     )
     assert state.is_completed(), state.message
     report = state.result()
@@ -195,12 +243,17 @@ def test_sync_loads_risk_and_publishes_both_artifacts(
     assert [r["container"] for r in rows] == [r["container"] for r in report.at_risk]
     assert {"reason", "projected_demurrage", "risk_level"} <= set(rows[0])
     urgency = {"overdue": 0, "due_today": 1, "imminent": 2}
-    assert [urgency[r["risk_level"]] for r in rows] == sorted(urgency[r["risk_level"]]
-                                                              for r in rows)
+    assert [urgency[r["risk_level"]] for r in rows] == sorted(
+        urgency[r["risk_level"]] for r in rows
+    )
     md = found[SUMMARY_KEY]
     assert md.type == "markdown"
-    for part in ("Containers per risk level", "Exposure by terminal", "Since the last run",
-                 REPORT_MARKER):
+    for part in (
+        "Containers per risk level",
+        "Exposure by terminal",
+        "Since the last run",
+        REPORT_MARKER,
+    ):
         assert part in md.data
     assert "sandbox-key" not in md.data and api_env.api_key not in str(rows)
     # The HTML report was written beside the warehouse and the summary links it.
@@ -261,13 +314,16 @@ def test_full_sync_reconciles_removes_what_the_api_no_longer_lists_and_reports_c
     assert incremental.load.summary.kind == "incremental"
     assert _has_ghost(warehouse)
 
-    state = sync(duckdb_path=str(warehouse), base_url=api_env.base_url, full=True,
-                 return_state=True)
+    state = sync(
+        duckdb_path=str(warehouse), base_url=api_env.base_url, full=True, return_state=True
+    )
     report = state.result()
     assert report.flow == "sync (full)" and report.load.summary.kind == "full"
     assert not _has_ghost(warehouse) and report.load.summary.removed.get("containers") == 1
     assert {r.table for r in report.reconciliation} == {
-        "terminal49.containers", "terminal49.shipments"}
+        "terminal49.containers",
+        "terminal49.shipments",
+    }
     assert all(r.matches for r in report.reconciliation), report.reconciliation
     md = _artifacts(state.state_details.flow_run_id)[SUMMARY_KEY].data
     assert "Reconciliation: warehouse against the API" in md
@@ -301,8 +357,9 @@ def test_wrong_key_fails_the_flow_with_the_message_and_no_retry(
 
     monkeypatch.setenv("TERMINAL49_API_KEY", "wrong-key")
     started = time.monotonic()
-    state = sync(duckdb_path=str(tmp_path / "w.duckdb"), base_url=api_env.base_url,
-                 return_state=True)
+    state = sync(
+        duckdb_path=str(tmp_path / "w.duckdb"), base_url=api_env.base_url, return_state=True
+    )
     assert state.is_failed()
     assert "refused the key" in (state.message or "")
     with pytest.raises(LoadFailed, match="refused the key"):
@@ -336,10 +393,12 @@ def test_unreachable_api_fails_the_flow_after_retries(
     assert "load failed while reading the API" in (state.message or "")
     announced = [r.getMessage() for r in caplog.records if r.name == "freetime.flows"]
     assert [m.split("; ")[-1] for m in announced] == [
-        "trying again in about 0 s (retry 1 of 2)", "trying again in about 0 s (retry 2 of 2)"
+        "trying again in about 0 s (retry 1 of 2)",
+        "trying again in about 0 s (retry 2 of 2)",
     ], announced
-    assert all(m.startswith("load-account failed (load failed while reading the API")
-               for m in announced)
+    assert all(
+        m.startswith("load-account failed (load failed while reading the API") for m in announced
+    )
     with pytest.raises(LoadFailed):
         state.result()
 
@@ -352,13 +411,18 @@ def test_locked_warehouse_is_retried_then_reported_plainly(
     warehouse = tmp_path / "w.duckdb"
     duckdb.connect(str(warehouse)).close()
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import duckdb, sys, time
             con = duckdb.connect({str(warehouse)!r})
             print("locked", flush=True)
             time.sleep(60)
-        """)],
-        stdout=subprocess.PIPE, text=True,
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"

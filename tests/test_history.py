@@ -106,8 +106,9 @@ def test_the_life_of_the_container_reads_as_it_happened(walked: Walk) -> None:
     assert [n for _, _, n, *_ in by_field["pod_full_out_at"]] == ["2030-01-16T20:05:00Z"]
     assert [n for _, _, n, *_ in by_field["empty_terminated_at"]] == ["2030-01-26T12:11:00Z"]
     # how: each webhook row names a notification the warehouse keeps; loads name none
-    notified = {r[0] for r in rows(walked.duckdb_path,
-                                   "SELECT id FROM terminal49.webhook_notifications")}
+    notified = {
+        r[0] for r in rows(walked.duckdb_path, "SELECT id FROM terminal49.webhook_notifications")
+    }
     for _, _, _, _, how, nid in changes:
         assert how in ("full", "incremental", "webhook")
         assert (nid is not None) == (how == "webhook")
@@ -180,14 +181,18 @@ def test_repeated_and_failed_loads_add_nothing(tmp_path: Path) -> None:
     kinds = rows(path, "SELECT DISTINCT how FROM terminal49.history ORDER BY 1")
     assert kinds == [("full",)]
     # every change joins a published load
-    orphans = rows(path, "SELECT count(*) FROM terminal49.history WHERE load_id NOT IN "
-                         "(SELECT load_id FROM terminal49.freetime_loads)")
+    orphans = rows(
+        path,
+        "SELECT count(*) FROM terminal49.history WHERE load_id NOT IN "
+        "(SELECT load_id FROM terminal49.freetime_loads)",
+    )
     assert orphans == [(0,)]
 
 
 # -- the views -------------------------------------------------------------------------------
-def view(path: Path, name: str, where: str = "", params: list[Any] | None = None
-         ) -> list[dict[str, Any]]:
+def view(
+    path: Path, name: str, where: str = "", params: list[Any] | None = None
+) -> list[dict[str, Any]]:
     with duckdb.connect(str(path), read_only=True) as con:
         cur = con.execute(f"SELECT * FROM terminal49.{name} {where}", params or [])
         names = [d[0] for d in cur.description or []]
@@ -197,15 +202,17 @@ def view(path: Path, name: str, where: str = "", params: list[Any] | None = None
 def test_lfd_changes_view(walked: Walk) -> None:
     got = [
         (r["source"], r["change"], r["old_lfd"], r["new_lfd"], r["days_moved"], r["how"])
-        for r in view(walked.duckdb_path, "lfd_changes",
-                      "WHERE container_id = ? AND source = 'pickup_lfd_terminal' "
-                      "ORDER BY observed_at", [CONTAINER])
+        for r in view(
+            walked.duckdb_path,
+            "lfd_changes",
+            "WHERE container_id = ? AND source = 'pickup_lfd_terminal' ORDER BY observed_at",
+            [CONTAINER],
+        )
     ]
     # posted on 2030-01-11 (Los Angeles) seen by a load; moved a day earlier, seen by a webhook
     assert got == [
         ("pickup_lfd_terminal", "posted", None, dt.date(2030, 1, 11), None, "incremental"),
-        ("pickup_lfd_terminal", "moved", dt.date(2030, 1, 11), dt.date(2030, 1, 10), -1,
-         "webhook"),
+        ("pickup_lfd_terminal", "moved", dt.date(2030, 1, 11), dt.date(2030, 1, 10), -1, "webhook"),
     ]
 
 
@@ -218,26 +225,39 @@ def test_free_time_used_view(walked: Walk) -> None:
     assert (row["lfd_date"], row["lfd_basis"]) == (dt.date(2030, 1, 10), "pickup_lfd_terminal")
     # discharged 2030-01-07 11:36 local: free days 01-08 .. 01-10
     assert (row["free_time_start"], row["free_time_end"], row["free_days"]) == (
-        dt.date(2030, 1, 8), dt.date(2030, 1, 10), 3)
+        dt.date(2030, 1, 8),
+        dt.date(2030, 1, 10),
+        3,
+    )
     assert row["picked_up_at"] == dt.datetime(2030, 1, 16, 20, 5, tzinfo=utc)
     assert row["empty_returned_at"] == dt.datetime(2030, 1, 26, 12, 11, tzinfo=utc)
     # charged: 01-11 .. 01-16 (out at 12:05 local on the 16th); under the customs hold and not
     # available until seen cleared at 2030-01-15 00:00 UTC = 01-14 16:00 local: 01-11 .. 01-14
-    assert (row["days_charged"], row["days_charged_not_available"],
-            row["days_charged_before_first_seen"]) == (6, 4, 0)
-    days = view(walked.duckdb_path, "charged_days", "WHERE container_id = ? ORDER BY day",
-                [CONTAINER])
+    assert (
+        row["days_charged"],
+        row["days_charged_not_available"],
+        row["days_charged_before_first_seen"],
+    ) == (6, 4, 0)
+    days = view(
+        walked.duckdb_path, "charged_days", "WHERE container_id = ? ORDER BY day", [CONTAINER]
+    )
     assert [(d["day"].day, d["reasons"]) for d in days] == [
-        (11, "customs hold, not available"), (12, "customs hold, not available"),
-        (13, "customs hold, not available"), (14, "customs hold, not available"),
-        (15, None), (16, None),
+        (11, "customs hold, not available"),
+        (12, "customs hold, not available"),
+        (13, "customs hold, not available"),
+        (14, "customs hold, not available"),
+        (15, None),
+        (16, None),
     ]
 
 
 def test_eta_reliability_view_of_the_walk(walked: Walk) -> None:
     # the sandbox's ETA is exact: first ETA 2030-01-07 13:20 = arrival
-    (row,) = view(walked.duckdb_path, "eta_reliability",
-                  "WHERE carrier_scac = 'EGLV' AND port_locode = 'USTIW'")
+    (row,) = view(
+        walked.duckdb_path,
+        "eta_reliability",
+        "WHERE carrier_scac = 'EGLV' AND port_locode = 'USTIW'",
+    )
     assert row["arrival_month"] == dt.date(2030, 1, 1)
     assert (row["mean_delay_days"], row["mean_abs_error_days"]) == (0, 0)
 
@@ -251,15 +271,20 @@ def test_eta_reliability_by_hand(tmp_path: Path) -> None:
     path = tmp_path / "eta.duckdb"
     with duckdb.connect(str(path)) as con:
         con.execute("CREATE SCHEMA terminal49")
-        con.execute("CREATE TABLE terminal49.containers (id VARCHAR, number VARCHAR, "
-                    "pod_timezone VARCHAR)")
-        con.execute("CREATE TABLE terminal49.shipments (id VARCHAR, shipping_line_scac VARCHAR, "
-                    "port_of_discharge_locode VARCHAR, pod_ata_at TIMESTAMPTZ)")
-        con.execute("INSERT INTO terminal49.shipments VALUES "
-                    "('A', 'MAEU', 'USNYC', '2030-02-03 12:00:00+00'), "
-                    "('B', 'MAEU', 'USNYC', '2030-02-09 12:00:00+00'), "
-                    "('C', 'MAEU', 'USNYC', '2030-02-05 00:00:00+00'), "
-                    "('D', 'MAEU', 'USNYC', '2030-03-02 00:00:00+00')")
+        con.execute(
+            "CREATE TABLE terminal49.containers (id VARCHAR, number VARCHAR, pod_timezone VARCHAR)"
+        )
+        con.execute(
+            "CREATE TABLE terminal49.shipments (id VARCHAR, shipping_line_scac VARCHAR, "
+            "port_of_discharge_locode VARCHAR, pod_ata_at TIMESTAMPTZ)"
+        )
+        con.execute(
+            "INSERT INTO terminal49.shipments VALUES "
+            "('A', 'MAEU', 'USNYC', '2030-02-03 12:00:00+00'), "
+            "('B', 'MAEU', 'USNYC', '2030-02-09 12:00:00+00'), "
+            "('C', 'MAEU', 'USNYC', '2030-02-05 00:00:00+00'), "
+            "('D', 'MAEU', 'USNYC', '2030-03-02 00:00:00+00')"
+        )
         ensure_table(con)
         for sid, old, new, seen in [
             ("A", None, "2030-02-01T00:00:00Z", "2030-01-20"),
@@ -268,12 +293,23 @@ def test_eta_reliability_by_hand(tmp_path: Path) -> None:
             ("C", None, "2030-02-05T00:00:00Z", "2030-02-06"),
             ("D", None, "2030-03-01T00:00:00Z", "2030-02-20"),
         ]:
-            con.execute("INSERT INTO terminal49.history VALUES ('shipment', ?, 'pod_eta_at', ?, "
-                        "?, ?, NULL, 'full', NULL, 'l1')", [sid, old, new, seen])
+            con.execute(
+                "INSERT INTO terminal49.history VALUES ('shipment', ?, 'pod_eta_at', ?, "
+                "?, ?, NULL, 'full', NULL, 'l1')",
+                [sid, old, new, seen],
+            )
         create_views(con)
     got = view(tmp_path / "eta.duckdb", "eta_reliability", "ORDER BY arrival_month")
-    assert [(r["arrival_month"], r["shipments"], r["mean_delay_days"], r["mean_abs_error_days"],
-             r["share_within_1_day"]) for r in got] == [
+    assert [
+        (
+            r["arrival_month"],
+            r["shipments"],
+            r["mean_delay_days"],
+            r["mean_abs_error_days"],
+            r["share_within_1_day"],
+        )
+        for r in got
+    ] == [
         (dt.date(2030, 2, 1), 2, 1.0, 1.5, 0.5),
         (dt.date(2030, 3, 1), 1, 1.0, 1.0, 1.0),
     ]
@@ -294,18 +330,25 @@ def test_binding_lfd_changes_are_recorded_after_a_risk_run(tmp_path: Path) -> No
     with duckdb.connect(str(path)) as con:
         con.execute("CREATE SCHEMA terminal49")
         con.execute("CREATE SCHEMA analytics")
-        con.execute("CREATE TABLE terminal49.containers AS SELECT 'c1' AS id, "
-                    "'ABCU1234567' AS number, 'America/New_York' AS pod_timezone")
+        con.execute(
+            "CREATE TABLE terminal49.containers AS SELECT 'c1' AS id, "
+            "'ABCU1234567' AS number, 'America/New_York' AS pod_timezone"
+        )
         added = []
         for run_id, at, lfd, source in runs:
-            con.execute("CREATE OR REPLACE TABLE analytics.demurrage_risk AS SELECT 'c1' AS "
-                        "container_id, CAST(? AS DATE) AS lfd_date, ? AS lfd_source", [lfd, source])
+            con.execute(
+                "CREATE OR REPLACE TABLE analytics.demurrage_risk AS SELECT 'c1' AS "
+                "container_id, CAST(? AS DATE) AS lfd_date, ? AS lfd_source",
+                [lfd, source],
+            )
             added.append(record_binding(con, run_id, dt.datetime.fromisoformat(at + "T00:00Z")))
         create_views(con)
     assert added == [2, 0, 2]
     got = view(path, "lfd_changes", "WHERE source = 'lfd_binding' ORDER BY observed_at")
-    assert [(r["change"], r["old_lfd"], r["new_lfd"], r["days_moved"], r["binding_basis"],
-             r["how"]) for r in got] == [
+    assert [
+        (r["change"], r["old_lfd"], r["new_lfd"], r["days_moved"], r["binding_basis"], r["how"])
+        for r in got
+    ] == [
         ("posted", None, dt.date(2030, 1, 10), None, "pickup_lfd_terminal", "risk"),
         ("moved", dt.date(2030, 1, 10), dt.date(2030, 1, 12), 2, "pod_facility", "risk"),
     ]
@@ -317,12 +360,29 @@ def test_lfd_contract_columns_are_tracked_and_the_pod_deadline_binds(tmp_path: P
     from pipelines.history import ensure_table
     from pipelines.history.views import create_views
 
-    columns = ["id", "pickup_lfd", "pickup_lfd_wire", "pickup_lfd__raw", "import_deadlines",
-               "pod_lfd_line_current", "pod_lfd_unified", "pod_lfd_unified_selection",
-               "pod_lfd_facility_manual", "has_pod_deadlines", "ssl_lfd", "ssl_lfd_wire"]
+    columns = [
+        "id",
+        "pickup_lfd",
+        "pickup_lfd_wire",
+        "pickup_lfd__raw",
+        "import_deadlines",
+        "pod_lfd_line_current",
+        "pod_lfd_unified",
+        "pod_lfd_unified_selection",
+        "pod_lfd_facility_manual",
+        "has_pod_deadlines",
+        "ssl_lfd",
+        "ssl_lfd_wire",
+    ]
     assert tracked_columns("containers", columns) == [
-        "pickup_lfd", "pod_lfd_line_current", "pod_lfd_unified", "pod_lfd_unified_selection",
-        "pod_lfd_facility_manual", "has_pod_deadlines", "ssl_lfd"]
+        "pickup_lfd",
+        "pod_lfd_line_current",
+        "pod_lfd_unified",
+        "pod_lfd_unified_selection",
+        "pod_lfd_facility_manual",
+        "has_pod_deadlines",
+        "ssl_lfd",
+    ]
     path = tmp_path / "pod.duckdb"
     with duckdb.connect(str(path)) as con:
         con.execute("CREATE SCHEMA terminal49")
@@ -347,13 +407,19 @@ def test_lfd_contract_columns_are_tracked_and_the_pod_deadline_binds(tmp_path: P
             ('container', 'c1', 'pod_lfd_unified', '2030-01-06', '2030-01-07',
              '2030-01-05 00:00:00+00', NULL, 'webhook', 'n1', 'l3')""")
         create_views(con)
-    got = {r["container_id"]: (r["lfd_date"], r["lfd_basis"], r["days_charged"])
-           for r in view(path, "free_time_used")}
+    got = {
+        r["container_id"]: (r["lfd_date"], r["lfd_basis"], r["days_charged"])
+        for r in view(path, "free_time_used")
+    }
     # out 2030-01-10 13:00 New York: c1 charged 01-08 .. 01-10; c2's POD deadline is unknown,
     # so nothing is charged (no fallback to the terminal's LFD); c3 has no POD deadlines
-    assert got == {"c1": (dt.date(2030, 1, 7), "pod_facility", 3),
-                   "c2": (None, "pod_unified", 0),
-                   "c3": (dt.date(2030, 1, 6), "pickup_lfd_terminal", 4)}
-    moves = [(r["source"], r["change"], r["days_moved"]) for r in
-             view(path, "lfd_changes", "ORDER BY observed_at")]
+    assert got == {
+        "c1": (dt.date(2030, 1, 7), "pod_facility", 3),
+        "c2": (None, "pod_unified", 0),
+        "c3": (dt.date(2030, 1, 6), "pickup_lfd_terminal", 4),
+    }
+    moves = [
+        (r["source"], r["change"], r["days_moved"])
+        for r in view(path, "lfd_changes", "ORDER BY observed_at")
+    ]
     assert moves == [("pod_lfd_unified", "posted", None), ("pod_lfd_unified", "moved", 1)]

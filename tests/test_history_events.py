@@ -35,8 +35,11 @@ def test_events_are_asked_for_changed_containers_only(tmp_path: Path) -> None:
             run_load(path, api)
             changed = {
                 r[0]
-                for r in rows(path, "SELECT DISTINCT entity_id FROM terminal49.history "
-                                    "WHERE field = 'current_status' AND old_value IS NOT NULL")
+                for r in rows(
+                    path,
+                    "SELECT DISTINCT entity_id FROM terminal49.history "
+                    "WHERE field = 'current_status' AND old_value IS NOT NULL",
+                )
             }
             assert changed
             sb.reset_stats()
@@ -47,12 +50,16 @@ def test_events_are_asked_for_changed_containers_only(tmp_path: Path) -> None:
             assert sb.stats()["requests"] == summary.requests
             # the warehouse holds exactly what the API lists for each container asked for
             truth: dict[str, set[tuple[str, Any]]] = {}
-            stored = rows(path, "SELECT container_id, id, invalidated_at IS NOT NULL "
-                                "FROM terminal49.transport_events")
+            stored = rows(
+                path,
+                "SELECT container_id, id, invalidated_at IS NOT NULL "
+                "FROM terminal49.transport_events",
+            )
             for cid in changed:
                 doc = client.get_json(f"/containers/{cid}/transport_events")
-                truth[cid] = {(e["id"], e["attributes"]["invalidated_at"] is not None)
-                              for e in doc["data"]}
+                truth[cid] = {
+                    (e["id"], e["attributes"]["invalidated_at"] is not None) for e in doc["data"]
+                }
             got: dict[str, set[tuple[str, Any]]] = {}
             for cid, eid, inv in stored:
                 got.setdefault(cid, set()).add((eid, inv))
@@ -70,11 +77,19 @@ def test_events_are_asked_for_the_containers_at_risk(tmp_path: Path) -> None:
     path = tmp_path / "w.duckdb"
     clock = "2026-11-20T12:00:00Z"
     with SandboxProcess(containers=200, seed=11, clock=clock) as sb:
-        run_load(path, ApiSettings(base_url=sb.base_url, api_key=sb.api_key,
-                                   rate_limit_per_minute=100_000), full=True)
+        run_load(
+            path,
+            ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100_000),
+            full=True,
+        )
     publish_risk(path, as_of=datetime.fromisoformat(clock.replace("Z", "+00:00")))
     levels = ", ".join(f"'{x}'" for x in AT_RISK_LEVELS)
-    at_risk = {r[0] for r in rows(path, "SELECT container_id FROM analytics.demurrage_risk "
-                                        f"WHERE risk_level IN ({levels})")}
+    at_risk = {
+        r[0]
+        for r in rows(
+            path,
+            f"SELECT container_id FROM analytics.demurrage_risk WHERE risk_level IN ({levels})",
+        )
+    }
     assert at_risk  # the account has boxes at risk at that moment
     assert set(containers_needing_events(path, 10_000)) == at_risk

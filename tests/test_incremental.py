@@ -38,8 +38,9 @@ def _ids(db: Path, table: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def sb() -> Any:
-    with SandboxProcess(containers=1200, seed=17, clock="2026-11-20T23:58:00Z",
-                        active_share=0.1) as sandbox:
+    with SandboxProcess(
+        containers=1200, seed=17, clock="2026-11-20T23:58:00Z", active_share=0.1
+    ) as sandbox:
         yield sandbox
 
 
@@ -78,11 +79,16 @@ def test_full_then_incremental_loads_equal_the_ground_truth(sb: Any, tmp_path: P
     assert incremental.requests < full.requests / 2, (incremental.requests, full.requests)
     assert_equals_ground_truth(db, sb.ground_truth())
     with duckdb.connect(str(db), read_only=True) as con:  # the 23:59 refreshes landed
-        checked = dict(con.execute(
-            "SELECT id, strftime(terminal_checked_at AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M') "
-            "FROM terminal49.containers").fetchall())
-    truth_checked = {c["id"]: (c["attributes"].get("terminal_checked_at") or "")[:16]
-                     for c in sb.ground_truth()["containers"]}
+        checked = dict(
+            con.execute(
+                "SELECT id, strftime(terminal_checked_at AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M') "
+                "FROM terminal49.containers"
+            ).fetchall()
+        )
+    truth_checked = {
+        c["id"]: (c["attributes"].get("terminal_checked_at") or "")[:16]
+        for c in sb.ground_truth()["containers"]
+    }
     assert {cid: checked[cid] or "" for cid in late} == {cid: truth_checked[cid] for cid in late}
     # the next incremental load's window starts from this load's day
     assert last_load_started(db) > watermark  # type: ignore[operator]
@@ -125,7 +131,8 @@ def test_a_full_load_removes_what_the_api_no_longer_lists(tmp_path: Path) -> Non
             # and history keeps that it happened, in that load
             removal = con.execute(
                 "SELECT entity, field, old_value, new_value, how, load_id "
-                "FROM terminal49.history WHERE entity_id = ? AND field = 'listed'", [gone]
+                "FROM terminal49.history WHERE entity_id = ? AND field = 'listed'",
+                [gone],
             ).fetchall()
         assert left == [(0,)]
         assert removal == [("container", "listed", "true", "false", "full", summary.load_id)]

@@ -24,17 +24,28 @@ MIDNIGHTS = {
     "Asia/Kolkata": "2026-09-23T18:30:00Z",  # east of UTC: the UTC date is the day before
 }
 DATE_COLUMNS = (
-    "pickup_lfd", "ssl_lfd", "ind_facility_lfd_on",
-    "pickup_lfd_terminal", "pickup_lfd_line", "pickup_lfd_rail",
-    "pod_lfd_line_original", "pod_lfd_line_current", "pod_lfd_line_calculated",
-    "pod_lfd_facility_original", "pod_lfd_facility_current", "pod_lfd_facility_calculated",
-    "pod_lfd_unified", "pod_lfd_unified_original",
+    "pickup_lfd",
+    "ssl_lfd",
+    "ind_facility_lfd_on",
+    "pickup_lfd_terminal",
+    "pickup_lfd_line",
+    "pickup_lfd_rail",
+    "pod_lfd_line_original",
+    "pod_lfd_line_current",
+    "pod_lfd_line_calculated",
+    "pod_lfd_facility_original",
+    "pod_lfd_facility_current",
+    "pod_lfd_facility_calculated",
+    "pod_lfd_unified",
+    "pod_lfd_unified_original",
 )
 
 
 def _container(cid: str, zone: str | None, lfd: str | None, pod: Any = None) -> dict[str, Any]:
     deadlines: dict[str, Any] = {
-        "pickup_lfd_terminal": lfd, "pickup_lfd_line": lfd, "pickup_lfd_rail": lfd,
+        "pickup_lfd_terminal": lfd,
+        "pickup_lfd_line": lfd,
+        "pickup_lfd_rail": lfd,
     }
     if pod is not None:
         deadlines["pod"] = pod
@@ -62,8 +73,12 @@ def _pod(value: str | None, selection: str | None = "facility") -> dict[str, Any
     return {
         "line": source,
         "facility": {**source, "manual": True},
-        "unified": {"original_value": value, "original_selection": "line",
-                    "current_value": value, "current_selection": selection},
+        "unified": {
+            "original_value": value,
+            "original_selection": "line",
+            "current_value": value,
+            "current_selection": selection,
+        },
     }
 
 
@@ -95,8 +110,7 @@ def _serve(containers: list[dict[str, Any]]):
             data, meta = [], {"total": 0, "size": 100}
         else:
             return 404, {"Content-Type": "text/html"}, b"<html>not found</html>"
-        body = {"data": data, "included": [], "meta": meta,
-                "links": {"self": "x", "current": "x"}}
+        body = {"data": data, "included": [], "meta": meta, "links": {"self": "x", "current": "x"}}
         return 200, ctype, json.dumps(body).encode()
 
     return handler
@@ -119,8 +133,13 @@ def _one(con: duckdb.DuckDBPyConnection, sql: str, *params: Any) -> list[tuple[A
 
 
 def _types(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    return dict(_one(con, "SELECT column_name, data_type FROM duckdb_columns() "
-                          "WHERE schema_name = 'terminal49' AND table_name = 'containers'"))
+    return dict(
+        _one(
+            con,
+            "SELECT column_name, data_type FROM duckdb_columns() "
+            "WHERE schema_name = 'terminal49' AND table_name = 'containers'",
+        )
+    )
 
 
 def test_lfd_columns_have_the_contract_types(warehouse: duckdb.DuckDBPyConnection) -> None:
@@ -144,33 +163,53 @@ def test_a_bare_date_and_its_instant_land_as_the_same_date(
     for cid in (f"bare-{n}", f"instant-{n}"):
         row = _one(warehouse, f"SELECT {columns} FROM terminal49.containers WHERE id = ?", cid)
         assert row == [(DAY,) * len(DATE_COLUMNS)], cid
-    wires = _one(warehouse, "SELECT id, pickup_lfd_wire, import_deadlines->>'$.pickup_lfd_line' "
-                            "FROM terminal49.containers WHERE id IN (?, ?) ORDER BY id",
-                 f"bare-{n}", f"instant-{n}")
-    assert wires == [(f"bare-{n}", "2026-09-24", "2026-09-24"),
-                     (f"instant-{n}", MIDNIGHTS[zone], MIDNIGHTS[zone])]
+    wires = _one(
+        warehouse,
+        "SELECT id, pickup_lfd_wire, import_deadlines->>'$.pickup_lfd_line' "
+        "FROM terminal49.containers WHERE id IN (?, ?) ORDER BY id",
+        f"bare-{n}",
+        f"instant-{n}",
+    )
+    assert wires == [
+        (f"bare-{n}", "2026-09-24", "2026-09-24"),
+        (f"instant-{n}", MIDNIGHTS[zone], MIDNIGHTS[zone]),
+    ]
 
 
 def test_every_pod_field_lands_typed(warehouse: duckdb.DuckDBPyConnection) -> None:
-    rows = _one(warehouse,
-                "SELECT id, has_pod_deadlines, pod_lfd_unified, pod_lfd_unified_selection, "
-                "pod_lfd_unified_original_selection, pod_lfd_line_manual, "
-                "pod_lfd_facility_manual, pod_lfd_line_current, "
-                "import_deadlines->>'$.pod.unified.current_selection' "
-                "FROM terminal49.containers WHERE id IN ('instant-1', 'no-pod', 'withheld', "
-                "'odd-pod') ORDER BY id")
+    rows = _one(
+        warehouse,
+        "SELECT id, has_pod_deadlines, pod_lfd_unified, pod_lfd_unified_selection, "
+        "pod_lfd_unified_original_selection, pod_lfd_line_manual, "
+        "pod_lfd_facility_manual, pod_lfd_line_current, "
+        "import_deadlines->>'$.pod.unified.current_selection' "
+        "FROM terminal49.containers WHERE id IN ('instant-1', 'no-pod', 'withheld', "
+        "'odd-pod') ORDER BY id",
+    )
     assert rows == [
         ("instant-1", True, DAY, "facility", "line", False, True, DAY, "facility"),
         ("no-pod", False, None, None, None, None, None, None, None),
         ("odd-pod", False, None, None, None, None, None, None, None),
-        ("withheld", True, None, "line_calculated", "line", False, True,
-         dt.date(2026, 9, 26), "line_calculated"),
+        (
+            "withheld",
+            True,
+            None,
+            "line_calculated",
+            "line",
+            False,
+            True,
+            dt.date(2026, 9, 26),
+            "line_calculated",
+        ),
     ]
     # without a pod object every pod column is NULL; the legacy LFDs still land
     pod_columns = [c for c in _types(warehouse) if c.startswith("pod_lfd_") and "__" not in c]
     assert len(pod_columns) == 12
-    nulls = _one(warehouse, f"SELECT {', '.join(pod_columns)}, pickup_lfd_terminal "
-                            "FROM terminal49.containers WHERE id = 'no-pod'")
+    nulls = _one(
+        warehouse,
+        f"SELECT {', '.join(pod_columns)}, pickup_lfd_terminal "
+        "FROM terminal49.containers WHERE id = 'no-pod'",
+    )
     assert nulls == [(None,) * len(pod_columns) + (DAY,)]
 
 
@@ -178,25 +217,43 @@ def test_only_a_malformed_value_lands_in_raw(warehouse: duckdb.DuckDBPyConnectio
     raw = sorted(c for c in _types(warehouse) if c.endswith("__raw"))
     # "soon" in the legacy LFDs, "next week" in the pod's dates
     assert raw == sorted(f"{c}__raw" for c in DATE_COLUMNS)
-    with_raw = _one(warehouse, "SELECT DISTINCT id FROM terminal49.containers WHERE "
-                    + " OR ".join(f"{c} IS NOT NULL" for c in raw))
+    with_raw = _one(
+        warehouse,
+        "SELECT DISTINCT id FROM terminal49.containers WHERE "
+        + " OR ".join(f"{c} IS NOT NULL" for c in raw),
+    )
     assert with_raw == [("malformed",)]
-    row = _one(warehouse, "SELECT pickup_lfd, pickup_lfd__raw, pickup_lfd_wire, pod_lfd_unified, "
-                          "pod_lfd_unified__raw, has_pod_deadlines FROM terminal49.containers "
-                          "WHERE id = 'malformed'")
+    row = _one(
+        warehouse,
+        "SELECT pickup_lfd, pickup_lfd__raw, pickup_lfd_wire, pod_lfd_unified, "
+        "pod_lfd_unified__raw, has_pod_deadlines FROM terminal49.containers "
+        "WHERE id = 'malformed'",
+    )
     assert row == [(None, "soon", "soon", None, "next week", True)]
 
 
 def test_every_lfd_column_has_its_comment(warehouse: duckdb.DuckDBPyConnection) -> None:
-    comments = dict(_one(warehouse, "SELECT column_name, comment FROM duckdb_columns() "
-                                    "WHERE schema_name = 'terminal49' "
-                                    "AND table_name = 'containers'"))
+    comments = dict(
+        _one(
+            warehouse,
+            "SELECT column_name, comment FROM duckdb_columns() "
+            "WHERE schema_name = 'terminal49' "
+            "AND table_name = 'containers'",
+        )
+    )
     documented = [
-        *DATE_COLUMNS, "import_deadlines", "has_pod_deadlines",
-        "pickup_lfd_wire", "ssl_lfd_wire", "ind_facility_lfd_on_wire",
-        "pod_lfd_line_manual", "pod_lfd_facility_manual",
-        "pod_lfd_unified_selection", "pod_lfd_unified_original_selection",
-        "pod_terminal_id", "fetched_at",  # and the columns documented before them
+        *DATE_COLUMNS,
+        "import_deadlines",
+        "has_pod_deadlines",
+        "pickup_lfd_wire",
+        "ssl_lfd_wire",
+        "ind_facility_lfd_on_wire",
+        "pod_lfd_line_manual",
+        "pod_lfd_facility_manual",
+        "pod_lfd_unified_selection",
+        "pod_lfd_unified_original_selection",
+        "pod_terminal_id",
+        "fetched_at",  # and the columns documented before them
     ]
     assert [c for c in documented if not comments[c]] == []
 
@@ -216,19 +273,27 @@ def test_an_older_warehouse_keeps_its_lfds_as_the_same_local_dates(tmp_path: Any
     with duckdb.connect(str(db)) as con:
         before = _one(con, select)
         for c in DATE_COLUMNS:  # as an older load wrote them (each fixture has one zone)
-            con.execute(f"ALTER TABLE terminal49.containers ALTER {c} TYPE TIMESTAMPTZ USING "
-                        f"CASE WHEN {c} IS NOT NULL THEN timezone(coalesce(pod_timezone, 'UTC'), "
-                        f"CAST({c} AS TIMESTAMP)) END")
-        assert _one(con, "SELECT pickup_lfd FROM terminal49.containers WHERE id = 'bare-2'") \
-            == [(dt.datetime(2026, 9, 23, 18, 30, tzinfo=dt.UTC),)]  # Kolkata's midnight
+            con.execute(
+                f"ALTER TABLE terminal49.containers ALTER {c} TYPE TIMESTAMPTZ USING "
+                f"CASE WHEN {c} IS NOT NULL THEN timezone(coalesce(pod_timezone, 'UTC'), "
+                f"CAST({c} AS TIMESTAMP)) END"
+            )
+        assert _one(con, "SELECT pickup_lfd FROM terminal49.containers WHERE id = 'bare-2'") == [
+            (dt.datetime(2026, 9, 23, 18, 30, tzinfo=dt.UTC),)
+        ]  # Kolkata's midnight
     listed = [c for c in containers if c["id"] == "instant-2"]  # the rest is not listed again
     with LoopbackServer(_serve(listed)) as server:
         migrating = run_load(db, ApiSettings(base_url=server.base_url, api_key=KEY))
     with duckdb.connect(str(db), read_only=True) as con:
-        assert {c: t for c, t in _types(con).items() if c in DATE_COLUMNS} \
-            == dict.fromkeys(DATE_COLUMNS, "DATE")
+        assert {c: t for c, t in _types(con).items() if c in DATE_COLUMNS} == dict.fromkeys(
+            DATE_COLUMNS, "DATE"
+        )
         assert _one(con, select) == before
-        changes = _one(con, "SELECT entity_id, field, old_value, new_value "
-                            "FROM terminal49.history WHERE load_id = ? AND list_contains(?, field)",
-                       migrating.load_id, list(DATE_COLUMNS))
+        changes = _one(
+            con,
+            "SELECT entity_id, field, old_value, new_value "
+            "FROM terminal49.history WHERE load_id = ? AND list_contains(?, field)",
+            migrating.load_id,
+            list(DATE_COLUMNS),
+        )
     assert changes == []

@@ -38,8 +38,9 @@ def _day(value: str | None, zone: str | None) -> dt.date | None:
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
     db = tmp_path_factory.mktemp("live") / "w.duckdb"
     with SandboxProcess(containers=600, seed=31, clock=CLOCK) as sb:
-        run_load(db, ApiSettings(base_url=sb.base_url, api_key=sb.api_key,
-                                 rate_limit_per_minute=100_000))
+        run_load(
+            db, ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100_000)
+        )
         truth = {c["id"]: c for c in sb.ground_truth()["containers"]}
     publish_risk(db, as_of=AS_OF)
     with duckdb.connect(str(db), read_only=True) as con:
@@ -60,8 +61,10 @@ def test_bare_dates_and_instants_give_the_dates_the_api_meant(
     for cid, c in truth.items():
         a = c["attributes"]
         deadlines = a.get("import_deadlines") or {}
-        for column, value in (("lfd_terminal", deadlines.get("pickup_lfd_terminal")),
-                              ("lfd_line", deadlines.get("pickup_lfd_line"))):
+        for column, value in (
+            ("lfd_terminal", deadlines.get("pickup_lfd_terminal")),
+            ("lfd_line", deadlines.get("pickup_lfd_line")),
+        ):
             if value:
                 forms.add("date" if len(value) == 10 else "instant")
             if value and column == "lfd_terminal":
@@ -83,8 +86,9 @@ def test_the_pod_object_binds_the_apis_choice(
         unified = pod.get("unified") or {}
         want = _day(unified.get("current_value"), a.get("pod_timezone"))
         assert row["lfd_pod"] == want, cid
-        left_port = any(a.get(k) for k in ("pod_full_out_at", "pod_rail_loaded_at",
-                                            "pod_rail_departed_at"))
+        left_port = any(
+            a.get(k) for k in ("pod_full_out_at", "pod_rail_loaded_at", "pod_rail_departed_at")
+        )
         if row["risk_level"] == "done" or left_port:  # a POD deadline binds at the port only
             assert not (row["lfd_source"] or "").startswith(("line", "terminal")), row
             continue

@@ -232,7 +232,7 @@ def test_a_new_attribute_that_changes_type_keeps_loading(loopback, tmp_path: Pat
 def test_attributes_whose_names_collide_after_normalisation_keep_loading(
     loopback, tmp_path: Path
 ) -> None:
-    """"Number" would become a second ``number`` column once dlt normalises it, and dlt fails the
+    """ "Number" would become a second ``number`` column once dlt normalises it, and dlt fails the
     whole load on that; an attribute named like a derived column would overwrite it. Both get
     the ``attr_`` prefix instead, whatever order the API sends them in."""
     container = reference_json("responses/container-with-shipment.json")

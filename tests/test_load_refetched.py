@@ -35,8 +35,9 @@ def _container(cid: str, holds: list[Any], fees: list[Any]) -> dict[str, Any]:
 
 
 def _body(data: list[Any], total: int) -> bytes:
-    return json.dumps({"data": data, "included": [], "meta": {"total": total},
-                       "links": {"self": "x"}}).encode()
+    return json.dumps(
+        {"data": data, "included": [], "meta": {"total": total}, "links": {"self": "x"}}
+    ).encode()
 
 
 def _serve(first: list[dict[str, Any]], then: list[dict[str, Any]]):
@@ -75,12 +76,17 @@ def test_a_hold_cleared_between_two_fetches_in_one_load_is_gone(loopback, tmp_pa
 
     assert summary.reconcile_pages == 1  # the container was really fetched twice
     assert _rows(db, "SELECT id FROM terminal49.containers ORDER BY id") == [
-        ("c-aaaa",), ("c-bbbb",)]
+        ("c-aaaa",),
+        ("c-bbbb",),
+    ]
     # the newest fetch of c-aaaa has no hold and one fee: nothing of the older one is left
-    assert _rows(db, "SELECT container_id, name FROM terminal49.container_holds "
-                     "ORDER BY container_id") == [("c-bbbb", "customs")]
-    assert _rows(db, "SELECT container_id, type FROM terminal49.container_fees "
-                     "ORDER BY container_id, position") == [("c-aaaa", "demurrage")]
+    assert _rows(
+        db, "SELECT container_id, name FROM terminal49.container_holds ORDER BY container_id"
+    ) == [("c-bbbb", "customs")]
+    assert _rows(
+        db,
+        "SELECT container_id, type FROM terminal49.container_fees ORDER BY container_id, position",
+    ) == [("c-aaaa", "demurrage")]
 
 
 def test_a_hold_set_between_two_fetches_in_one_load_is_there(loopback, tmp_path: Path) -> None:
@@ -92,7 +98,9 @@ def test_a_hold_set_between_two_fetches_in_one_load_is_there(loopback, tmp_path:
     run_load(db, ApiSettings(base_url=server.base_url, api_key=KEY))
 
     assert _rows(db, "SELECT name FROM terminal49.container_holds ORDER BY position") == [
-        ("customs",), ("freight",)]
+        ("customs",),
+        ("freight",),
+    ]
 
 
 def test_a_container_fetched_twice_in_one_load_is_one_row_of_its_newest_fetch(
@@ -110,4 +118,7 @@ def test_a_container_fetched_twice_in_one_load_is_one_row_of_its_newest_fetch(
     run_load(db, ApiSettings(base_url=server.base_url, api_key=KEY))
 
     assert _rows(db, "SELECT id, available_for_pickup FROM terminal49.containers ORDER BY id") == [
-        ("c-aaaa", True), ("c-bbbb", False), ("c-cccc", False)]
+        ("c-aaaa", True),
+        ("c-bbbb", False),
+        ("c-cccc", False),
+    ]

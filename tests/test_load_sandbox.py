@@ -195,10 +195,16 @@ def _dump(db: Path) -> dict[str, list[tuple[Any, ...]]]:
 
 def _comments(db: Path) -> dict[tuple[str, str | None], str | None]:
     with duckdb.connect(str(db), read_only=True) as con:
-        tables = _rows(con, "SELECT table_name, NULL, comment FROM duckdb_tables() "
-                            "WHERE schema_name = 'terminal49'")
-        columns = _rows(con, "SELECT table_name, column_name, comment FROM duckdb_columns() "
-                             "WHERE schema_name = 'terminal49'")
+        tables = _rows(
+            con,
+            "SELECT table_name, NULL, comment FROM duckdb_tables() "
+            "WHERE schema_name = 'terminal49'",
+        )
+        columns = _rows(
+            con,
+            "SELECT table_name, column_name, comment FROM duckdb_columns() "
+            "WHERE schema_name = 'terminal49'",
+        )
     return {(t, c): text for t, c, text in tables + columns}
 
 
@@ -218,8 +224,11 @@ def test_second_load_leaves_identical_rows(sandbox: Any, tmp_path: Path) -> None
     assert _dump(db) == first
     assert _comments(db) == comments
     with duckdb.connect(str(db), read_only=True) as con:  # no copy of a load stays behind
-        staged = _rows(con, "SELECT table_name FROM duckdb_tables() "
-                            "WHERE schema_name = '_incoming_load' AND table_name NOT LIKE '_dlt%'")
+        staged = _rows(
+            con,
+            "SELECT table_name FROM duckdb_tables() "
+            "WHERE schema_name = '_incoming_load' AND table_name NOT LIKE '_dlt%'",
+        )
         assert {"containers", "container_holds"} <= {t for (t,) in staged}
         for (table,) in staged:
             assert _rows(con, f'SELECT count(*) FROM _incoming_load."{table}"') == [(0,)]
@@ -318,9 +327,21 @@ def test_ctrl_c_stops_the_load_at_once_and_writes_nothing(tmp_path: Path) -> Non
         env = {k: v for k, v in os.environ.items() if not k.startswith("TERMINAL49_")}
         env.update({"TERMINAL49_API_KEY": sb.api_key, "TERMINAL49_RATE_LIMIT": "8"})
         proc = subprocess.Popen(
-            [sys.executable, "-m", "freetime_cli.main", "load", "--duckdb", str(db),
-             "--base-url", sb.base_url],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "freetime_cli.main",
+                "load",
+                "--duckdb",
+                str(db),
+                "--base-url",
+                sb.base_url,
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             # as in a terminal, whatever the test runner's own SIGINT disposition is
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
@@ -418,13 +439,22 @@ def test_unreachable_api_fails_cleanly_and_keeps_the_warehouse(
     before = _dump(db)
     bad = ApiSettings(base_url="http://127.0.0.1:9/v2", api_key="k")
     started = time.monotonic()
-    with pytest.raises(LoadFailed, match=r"cannot reach the API at http://127.0.0.1:9/v2 "
-                       r"\(connection refused\); check TERMINAL49_BASE_URL"):
+    with pytest.raises(
+        LoadFailed,
+        match=r"cannot reach the API at http://127.0.0.1:9/v2 "
+        r"\(connection refused\); check TERMINAL49_BASE_URL",
+    ):
         run_load(db, bad)  # the full retry budget, yet it fails in seconds: never answered
     assert time.monotonic() - started < 15
     assert _dump(db) == before
-    proc = _cli("load", "--duckdb", str(db), "--base-url", "http://127.0.0.1:9/v2",
-                env={"TERMINAL49_API_KEY": "k"})
+    proc = _cli(
+        "load",
+        "--duckdb",
+        str(db),
+        "--base-url",
+        "http://127.0.0.1:9/v2",
+        env={"TERMINAL49_API_KEY": "k"},
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "Traceback" not in err
     assert "error: load failed while reading the API: cannot reach the API" in err
@@ -441,13 +471,24 @@ def test_bad_arguments_fail_before_the_sandbox_or_prefect_starts(tmp_path: Path)
     assert proc.returncode == 2 and "Traceback" not in err
     assert f"cannot create the folder {blocker}" in err
     assert "sandbox" not in out + err  # it never started
-    proc = _cli("load", "--sandbox", "--base-url", "http://api.example/v2",
-                "--duckdb", str(tmp_path / "w.duckdb"))
+    proc = _cli(
+        "load",
+        "--sandbox",
+        "--base-url",
+        "http://api.example/v2",
+        "--duckdb",
+        str(tmp_path / "w.duckdb"),
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and err.startswith("error: --sandbox loads from the local sandbox")
     assert not (tmp_path / "w.duckdb").exists()
-    proc = _cli("load", "--sandbox", "--duckdb", str(tmp_path / "w.duckdb"),
-                env={"TERMINAL49_RATE_LIMIT": "fast"})
+    proc = _cli(
+        "load",
+        "--sandbox",
+        "--duckdb",
+        str(tmp_path / "w.duckdb"),
+        env={"TERMINAL49_RATE_LIMIT": "fast"},
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "sandbox" not in out
     assert err == "error: rate limit must be a number of requests per minute: 'fast'\n"
@@ -542,7 +583,9 @@ def test_a_warehouse_never_mixes_two_accounts(sandbox: Any, tmp_path: Path) -> N
         con.execute("SELECT count(*) FROM terminal49.containers").fetchall()
     # Pretend the warehouse holds a real account: loading the sandbox into it is refused.
     with duckdb.connect(str(db)) as con:
-        con.execute("UPDATE terminal49.freetime_source SET source = 'https://api.terminal49.com/v2'")
+        con.execute(
+            "UPDATE terminal49.freetime_source SET source = 'https://api.terminal49.com/v2'"
+        )
     before = _dump(db)
     with pytest.raises(ConfigError, match="holds data loaded from https://api.terminal49.com/v2"):
         run_load(db, _api(sandbox))

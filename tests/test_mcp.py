@@ -21,8 +21,16 @@ from pipelines.warehouse import connect, writing
 from tests.mcp_helpers import REPO, mcp_server
 
 CLOCK = "2026-11-20T12:00:00Z"
-TOOLS = {"containers_at_risk", "get_container", "summarize_containers", "lfd_calendar",
-         "search_container", "warehouse_freshness", "query_warehouse", "container_evidence"}
+TOOLS = {
+    "containers_at_risk",
+    "get_container",
+    "summarize_containers",
+    "lfd_calendar",
+    "search_container",
+    "warehouse_freshness",
+    "query_warehouse",
+    "container_evidence",
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +42,10 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     path = tmp_path_factory.mktemp("mcp") / "freetime.duckdb"
     with SandboxProcess(containers=300, seed=24, clock=CLOCK) as sb:
-        run_load(path, ApiSettings(base_url=sb.base_url, api_key=sb.api_key,
-                                   rate_limit_per_minute=100_000))
+        run_load(
+            path,
+            ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100_000),
+        )
     publish_risk(path, as_of=datetime.fromisoformat(CLOCK.replace("Z", "+00:00")))
     return path
 
@@ -81,8 +91,10 @@ def test_lists_tools_resources_prompts(server: str) -> None:
 
 
 def test_containers_at_risk_equals_the_risk_table(server: str, warehouse: Path) -> None:
-    want = _risk(warehouse, "SELECT container_number FROM analytics.at_risk_containers "
-                            "ORDER BY urgency_rank LIMIT 10")
+    want = _risk(
+        warehouse,
+        "SELECT container_number FROM analytics.at_risk_containers ORDER BY urgency_rank LIMIT 10",
+    )
     r = call(server, "containers_at_risk", {"limit": 10})
     assert not r.is_error
     got = r.structured_content
@@ -91,18 +103,23 @@ def test_containers_at_risk_equals_the_risk_table(server: str, warehouse: Path) 
     assert got["matching"] == total and r.content[0].text.startswith(f"{total} containers")
     port = got["containers"][0]["port_of_discharge_locode"]
     only = call(server, "containers_at_risk", {"port": port, "level": ["overdue"], "limit": 500})
-    n = _risk(warehouse, "SELECT count(*) FROM analytics.demurrage_risk WHERE risk_level = "
-                         "'overdue' AND (port_of_discharge_locode = ? OR destination_locode = ?)",
-              [port, port])[0][0]
+    n = _risk(
+        warehouse,
+        "SELECT count(*) FROM analytics.demurrage_risk WHERE risk_level = "
+        "'overdue' AND (port_of_discharge_locode = ? OR destination_locode = ?)",
+        [port, port],
+    )[0][0]
     assert only.structured_content["matching"] == n
     assert {c["risk_level"] for c in only.structured_content["containers"]} <= {"overdue"}
 
 
 def test_get_container_by_number_and_id(server: str, warehouse: Path) -> None:
     cid, number, level, lfd, source, projected = _risk(
-        warehouse, "SELECT container_id, container_number, risk_level, lfd_date, lfd_source, "
-                   "projected_demurrage FROM analytics.demurrage_risk WHERE container_id IN "
-                   "(SELECT container_id FROM terminal49.container_holds) LIMIT 1")[0]
+        warehouse,
+        "SELECT container_id, container_number, risk_level, lfd_date, lfd_source, "
+        "projected_demurrage FROM analytics.demurrage_risk WHERE container_id IN "
+        "(SELECT container_id FROM terminal49.container_holds) LIMIT 1",
+    )[0]
     by_number = call(server, "get_container", {"container": number.lower()}).structured_content
     by_id = call(server, "get_container", {"container": cid}).structured_content
     assert by_number == by_id
@@ -110,12 +127,19 @@ def test_get_container_by_number_and_id(server: str, warehouse: Path) -> None:
     assert by_number["binding_lfd"]["lfd_date"] == (lfd.isoformat() if lfd else None)
     assert by_number["binding_lfd"]["lfd_source"] == source
     assert by_number["risk"]["projected_demurrage"] == projected
-    holds = _risk(warehouse, "SELECT count(*) FROM terminal49.container_holds WHERE "
-                             "container_id = ?", [cid])[0][0]
+    holds = _risk(
+        warehouse, "SELECT count(*) FROM terminal49.container_holds WHERE container_id = ?", [cid]
+    )[0][0]
     assert len(by_number["holds"]) == holds > 0
-    lfd_cols = {r[0] for r in _risk(warehouse, "SELECT column_name FROM "
-                                               "information_schema.columns WHERE table_name = "
-                                               "'containers' AND column_name LIKE '%lfd%'")}
+    lfd_cols = {
+        r[0]
+        for r in _risk(
+            warehouse,
+            "SELECT column_name FROM "
+            "information_schema.columns WHERE table_name = "
+            "'containers' AND column_name LIKE '%lfd%'",
+        )
+    }
     assert lfd_cols <= set(by_number["lfds"])
     assert by_number["shipment"]["id"] == by_number["attributes"]["shipment_id"]
     missing = call(server, "get_container", {"container": "NOPE0000000"})
@@ -124,30 +148,42 @@ def test_get_container_by_number_and_id(server: str, warehouse: Path) -> None:
 
 def test_summary_calendar_search_freshness(server: str, warehouse: Path) -> None:
     s = call(server, "summarize_containers", {"group_by": "risk_level"}).structured_content
-    counts = dict(_risk(warehouse, "SELECT risk_level, count(*) FROM analytics.demurrage_risk "
-                                   "WHERE risk_level <> 'done' GROUP BY 1"))
+    counts = dict(
+        _risk(
+            warehouse,
+            "SELECT risk_level, count(*) FROM analytics.demurrage_risk "
+            "WHERE risk_level <> 'done' GROUP BY 1",
+        )
+    )
     assert {g["risk_level"]: g["containers"] for g in s["groups"] if g["containers"]} == counts
     cal = call(server, "lfd_calendar", {"days": 5}).structured_content
     assert len(cal["days"]) == 5 and cal["days"][0]["lfd_date"] == "2026-11-20"
-    due = _risk(warehouse, "SELECT count(*) FROM analytics.demurrage_risk WHERE "
-                           "risk_level = 'due_today'")[0][0]
+    due = _risk(
+        warehouse, "SELECT count(*) FROM analytics.demurrage_risk WHERE risk_level = 'due_today'"
+    )[0][0]
     assert cal["days"][0]["boxes"] == due
-    number, bl = _risk(warehouse, "SELECT c.number, s.bill_of_lading_number FROM "
-                                  "terminal49.containers c JOIN terminal49.shipments s ON "
-                                  "s.id = c.shipment_id LIMIT 1")[0]
+    number, bl = _risk(
+        warehouse,
+        "SELECT c.number, s.bill_of_lading_number FROM "
+        "terminal49.containers c JOIN terminal49.shipments s ON "
+        "s.id = c.shipment_id LIMIT 1",
+    )[0]
     found = call(server, "search_container", {"query": number[:8].lower()}).structured_content
     assert number in {c["container_number"] for c in found["containers"]}
     by_bl = call(server, "search_container", {"query": bl}).structured_content
-    assert by_bl["containers"] and all(c["bill_of_lading_number"] == bl
-                                       for c in by_bl["containers"])
+    assert by_bl["containers"] and all(
+        c["bill_of_lading_number"] == bl for c in by_bl["containers"]
+    )
     fresh = call(server, "warehouse_freshness").structured_content
     assert fresh["risk_as_of"] == CLOCK and fresh["source"] == "terminal49.freetime_loads"
     assert fresh["last_full_load"]["kind"] == "full" and fresh["last_incremental_load"] is None
 
 
 def test_container_evidence_is_the_evidence_command_as_a_tool(server: str, warehouse: Path) -> None:
-    number = _risk(warehouse, "SELECT container_number FROM analytics.demurrage_risk "
-                              "WHERE lfd_date IS NOT NULL LIMIT 1")[0][0]
+    number = _risk(
+        warehouse,
+        "SELECT container_number FROM analytics.demurrage_risk WHERE lfd_date IS NOT NULL LIMIT 1",
+    )[0][0]
     out = call(server, "container_evidence", {"container": number}).structured_content
     assert out["facts"]["Container"] == number
     assert out["csv"].startswith("section,item,value")
@@ -156,14 +192,22 @@ def test_container_evidence_is_the_evidence_command_as_a_tool(server: str, wareh
 
 
 def test_search_by_reference_number(server: str, warehouse: Path) -> None:
-    cid, ref = _risk(warehouse, "SELECT id, CAST(ref_numbers AS VARCHAR[])[1] FROM "
-                                "terminal49.containers WHERE len(CAST(ref_numbers AS "
-                                "VARCHAR[])) > 0 LIMIT 1")[0]
-    want = {r[0] for r in _risk(
-        warehouse, "SELECT c.id FROM terminal49.containers c LEFT JOIN terminal49.shipments s "
-                   "ON s.id = c.shipment_id WHERE list_contains(CAST(c.ref_numbers AS "
-                   "VARCHAR[]), ?) OR list_contains(CAST(s.ref_numbers AS VARCHAR[]), ?)",
-        [ref, ref])}
+    cid, ref = _risk(
+        warehouse,
+        "SELECT id, CAST(ref_numbers AS VARCHAR[])[1] FROM "
+        "terminal49.containers WHERE len(CAST(ref_numbers AS "
+        "VARCHAR[])) > 0 LIMIT 1",
+    )[0]
+    want = {
+        r[0]
+        for r in _risk(
+            warehouse,
+            "SELECT c.id FROM terminal49.containers c LEFT JOIN terminal49.shipments s "
+            "ON s.id = c.shipment_id WHERE list_contains(CAST(c.ref_numbers AS "
+            "VARCHAR[]), ?) OR list_contains(CAST(s.ref_numbers AS VARCHAR[]), ?)",
+            [ref, ref],
+        )
+    }
     found = call(server, "search_container", {"query": ref.lower(), "limit": 200})
     hits = {c["container_id"]: c for c in found.structured_content["containers"]}
     assert cid in hits and want <= set(hits)
@@ -175,26 +219,38 @@ def test_search_by_reference_number(server: str, warehouse: Path) -> None:
     assert none["returned"] == 0 and none["containers"] == []
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT * FROM read_csv('/etc/passwd')", "COPY (SELECT 1) TO '/tmp/freetime-x.csv'",
-    "ATTACH '/tmp/freetime-x.duckdb'", "INSTALL httpfs", "LOAD httpfs", "PRAGMA version",
-    "SET threads = 1", "SELECT 1; SELECT 2", "SELECT * FROM read_text('/etc/hostname')",
-    "CREATE TABLE x AS SELECT 1", "DELETE FROM terminal49.containers",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "COPY (SELECT 1) TO '/tmp/freetime-x.csv'",
+        "ATTACH '/tmp/freetime-x.duckdb'",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+        "PRAGMA version",
+        "SET threads = 1",
+        "SELECT 1; SELECT 2",
+        "SELECT * FROM read_text('/etc/hostname')",
+        "CREATE TABLE x AS SELECT 1",
+        "DELETE FROM terminal49.containers",
+    ],
+)
 def test_sql_tool_refuses(server: str, sql: str) -> None:
     r = call(server, "query_warehouse", {"sql": sql})
     assert r.is_error
     text = r.content[0].text
-    assert "Traceback" not in text and ("not" in text or "one statement" in text
-                                        or "disabled" in text)
+    assert "Traceback" not in text and (
+        "not" in text or "one statement" in text or "disabled" in text
+    )
 
 
 def test_sql_tool_caps_rows_and_answers(server: str, warehouse: Path) -> None:
     r = call(server, "query_warehouse", {"sql": "SELECT * FROM range(5000)"})
     assert not r.is_error and r.structured_content["row_count"] == 1000
     assert r.structured_content["truncated"] is True
-    n = call(server, "query_warehouse",
-             {"sql": "SELECT count(*) AS n FROM analytics.demurrage_risk"}).structured_content
+    n = call(
+        server, "query_warehouse", {"sql": "SELECT count(*) AS n FROM analytics.demurrage_risk"}
+    ).structured_content
     assert n["rows"] == [[_risk(warehouse, "SELECT count(*) FROM analytics.demurrage_risk")[0][0]]]
     bad = call(server, "query_warehouse", {"sql": "SELECT nope FROM nowhere"})
     assert bad.is_error and "failed" in bad.content[0].text
@@ -202,8 +258,10 @@ def test_sql_tool_caps_rows_and_answers(server: str, warehouse: Path) -> None:
 
 def test_stdio(warehouse: Path) -> None:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "freetime_cli.main", "mcp", "stdio", "--duckdb",
-                                      str(warehouse)], cwd=str(REPO))
+        command=sys.executable,
+        args=["-m", "freetime_cli.main", "mcp", "stdio", "--duckdb", str(warehouse)],
+        cwd=str(REPO),
+    )
 
     async def run() -> tuple[set[str], Any]:
         async with Client(params) as c:
@@ -212,10 +270,13 @@ def test_stdio(warehouse: Path) -> None:
 
     names, r = anyio.run(run)
     assert names == TOOLS
-    want = _risk(warehouse, "SELECT container_number FROM analytics.at_risk_containers "
-                            "ORDER BY urgency_rank LIMIT 3")
+    want = _risk(
+        warehouse,
+        "SELECT container_number FROM analytics.at_risk_containers ORDER BY urgency_rank LIMIT 3",
+    )
     assert [c["container_number"] for c in r.structured_content["containers"]] == [
-        w[0] for w in want]
+        w[0] for w in want
+    ]
 
 
 def test_calls_during_a_write_answer_and_never_hold_the_writer(
@@ -241,8 +302,10 @@ def test_calls_during_a_write_answer_and_never_hold_the_writer(
             # A writer under a steady stream of calls gets the file at its first try ...
             con = connect(db, read_only=False, retry_seconds=1.0)
             con.execute("CREATE TABLE analytics.marker AS SELECT 1 AS x")
-            con.execute("DELETE FROM analytics.demurrage_risk WHERE container_number = ?",
-                        [before["containers"][0]["container_number"]])
+            con.execute(
+                "DELETE FROM analytics.demurrage_risk WHERE container_number = ?",
+                [before["containers"][0]["container_number"]],
+            )
             n = len(results)
             time.sleep(1.0)  # ... and holds it while the calls keep being answered
             con.close()
@@ -262,8 +325,10 @@ def test_calls_during_a_write_answer_and_never_hold_the_writer(
         # ... for the questions asked before too (no answer outlives its data).
         after = call(url, "containers_at_risk", {"limit": 1}).structured_content
         assert after["matching"] == before["matching"] - 1
-        assert after["containers"][0]["container_number"] != (
-            before["containers"][0]["container_number"])
+        assert (
+            after["containers"][0]["container_number"]
+            != (before["containers"][0]["container_number"])
+        )
 
 
 def test_first_call_during_a_write_says_retry(warehouse: Path, tmp_path: Path) -> None:

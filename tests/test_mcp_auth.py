@@ -30,8 +30,10 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     path = tmp_path_factory.mktemp("mcpauth") / "freetime.duckdb"
     con = duckdb.connect(str(path))
-    con.execute("CREATE SCHEMA terminal49; CREATE TABLE terminal49.containers AS "
-                "SELECT 'c1' AS id, 'MSCU1234567' AS number")
+    con.execute(
+        "CREATE SCHEMA terminal49; CREATE TABLE terminal49.containers AS "
+        "SELECT 'c1' AS id, 'MSCU1234567' AS number"
+    )
     con.close()
     return path
 
@@ -61,9 +63,24 @@ def test_no_key_refuses_a_public_address(warehouse: Path) -> None:
 
     from tests.mcp_helpers import REPO
 
-    r = subprocess.run([sys.executable, "-m", "freetime_cli.main", "mcp", "serve", "--host",
-                        "0.0.0.0", "--duckdb", str(warehouse)], cwd=REPO, capture_output=True,
-                       text=True, env={"PATH": "/usr/bin:/bin"}, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "freetime_cli.main",
+            "mcp",
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--duckdb",
+            str(warehouse),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
     assert r.returncode == 2 and "refusing to listen on 0.0.0.0" in r.stderr
     assert "Traceback" not in r.stderr
 
@@ -77,9 +94,12 @@ def issuer() -> Iterator[tuple[str, Callable[..., str]]]:
 
     def handler(path: str, q: dict[str, str], h: dict[str, str]) -> tuple[int, dict, bytes]:
         if path == "/.well-known/oauth-authorization-server":
-            body = {"issuer": holder["url"], "jwks_uri": holder["url"] + "/jwks",
-                    "authorization_endpoint": holder["url"] + "/authorize",
-                    "token_endpoint": holder["url"] + "/token"}
+            body = {
+                "issuer": holder["url"],
+                "jwks_uri": holder["url"] + "/jwks",
+                "authorization_endpoint": holder["url"] + "/authorize",
+                "token_endpoint": holder["url"] + "/token",
+            }
         elif path == "/jwks":
             body = {"keys": [jwk]}
         else:
@@ -90,29 +110,37 @@ def issuer() -> Iterator[tuple[str, Callable[..., str]]]:
         holder["url"] = srv.base_url.removesuffix("/v2")
 
         def token(aud: str, iss: str | None = None, exp: float | None = None) -> str:
-            claims: dict[str, Any] = {"iss": iss or holder["url"], "aud": aud, "sub": "u1",
-                                      "exp": int(exp or time.time() + 300)}
+            claims: dict[str, Any] = {
+                "iss": iss or holder["url"],
+                "aud": aud,
+                "sub": "u1",
+                "exp": int(exp or time.time() + 300),
+            }
             return jwt.encode(claims, private, algorithm="RS256", headers={"kid": "k1"})
 
         yield holder["url"], token
 
 
-def test_oauth_resource_server(warehouse: Path,
-                               issuer: tuple[str, Callable[..., str]]) -> None:
+def test_oauth_resource_server(warehouse: Path, issuer: tuple[str, Callable[..., str]]) -> None:
     url, token = issuer
     with mcp_server(warehouse, {"FREETIME_MCP_ISSUER": url}) as base:
         meta = httpx2.get(base + "/.well-known/oauth-protected-resource").json()
         assert meta["authorization_servers"] == [url] and meta["resource"] == base
         none = raw_initialize(base)
         assert none.status_code == 401
-        assert (f'resource_metadata="{base}/.well-known/oauth-protected-resource"'
-                in none.headers["www-authenticate"])
+        assert (
+            f'resource_metadata="{base}/.well-known/oauth-protected-resource"'
+            in none.headers["www-authenticate"]
+        )
         assert none.headers["www-authenticate"].startswith("Bearer ")
         good = token(base)
         assert raw_initialize(base, f"Bearer {good}").status_code == 200
         assert "query_warehouse" in _tools(base + "/mcp", f"Bearer {good}")
-        for bad in (token(base, exp=time.time() - 60), token("http://elsewhere.example"),
-                    token(base, iss="http://127.0.0.1:9/other")):
+        for bad in (
+            token(base, exp=time.time() - 60),
+            token("http://elsewhere.example"),
+            token(base, iss="http://127.0.0.1:9/other"),
+        ):
             r = raw_initialize(base, f"Bearer {bad}")
             assert r.status_code == 401 and "resource_metadata" in r.headers["www-authenticate"]
         assert raw_initialize(base, f"Token {good}").status_code == 401

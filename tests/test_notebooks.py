@@ -23,9 +23,9 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
 AS_OF = datetime(2026, 11, 20, 12, tzinfo=UTC)
 
 
-
-def run_notebook(notebook: Path, duckdb_path: Path, monkeypatch: pytest.MonkeyPatch,
-                 every_cell: bool = True) -> dict[str, Any]:
+def run_notebook(
+    notebook: Path, duckdb_path: Path, monkeypatch: pytest.MonkeyPatch, every_cell: bool = True
+) -> dict[str, Any]:
     """Run every cell of ``notebook`` in script mode; the first cell error is raised."""
     monkeypatch.setenv("FREETIME_DUCKDB", str(duckdb_path))
     spec = importlib.util.spec_from_file_location(f"nb_{notebook.stem}", notebook)
@@ -50,8 +50,9 @@ def test_there_are_notebooks() -> None:
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_every_cell(notebook: Path, warehouse: Path,
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notebook_runs_every_cell(
+    notebook: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     defs = run_notebook(notebook, warehouse, monkeypatch)
     if notebook.name == "demurrage_risk.py":
         # the data cell, the filters and the at-risk table all ran, on real rows
@@ -71,8 +72,9 @@ def test_notebook_runs_every_cell(notebook: Path, warehouse: Path,
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_without_a_warehouse_says_so(notebook: Path, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notebook_without_a_warehouse_says_so(
+    notebook: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # a missing file stops the notebook with a message (mo.stop), not a cell error
     missing = tmp_path / "none.duckdb"
     defs = run_notebook(notebook, missing, monkeypatch, every_cell=False)

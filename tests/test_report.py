@@ -21,11 +21,20 @@ from pipelines.report import data as rdata
 from pipelines.warehouse import reading
 
 AS_OF = datetime(2026, 11, 20, 12, tzinfo=UTC)
-CHART_IDS = ["risk-levels", "lfd-calendar", "exposure-terminal", "exposure-carrier", "holds",
-             "dwell", "eta-slip"]
+CHART_IDS = [
+    "risk-levels",
+    "lfd-calendar",
+    "exposure-terminal",
+    "exposure-carrier",
+    "holds",
+    "dwell",
+    "eta-slip",
+]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-INSTALL_HINT = ("chromium is not installed; install it with "
-                "`apt-get update && apt-get install -y chromium` (Debian/Ubuntu)")
+INSTALL_HINT = (
+    "chromium is not installed; install it with "
+    "`apt-get update && apt-get install -y chromium` (Debian/Ubuntu)"
+)
 runner = CliRunner()
 
 
@@ -48,19 +57,32 @@ def test_report_aggregates_over_a_frame_match_the_published_views(warehouse: Pat
     rd = load_risk(warehouse)
     assert rd.source == "published" and rd.as_of == AS_OF and rd.risk.height == 500
     key = ["port_of_discharge_locode", "pod_terminal_name"]
-    cols = key + ["containers", "overdue", "due_today", "imminent", "unknown",
-                  "accrued_demurrage", "projected_demurrage", "uncosted"]
+    cols = key + [
+        "containers",
+        "overdue",
+        "due_today",
+        "imminent",
+        "unknown",
+        "accrued_demurrage",
+        "projected_demurrage",
+        "uncosted",
+    ]
     mine = rdata.exposure_by_terminal(rd.risk).select(cols).sort(key)
     view = _view(warehouse, f"SELECT {', '.join(cols)} FROM analytics.exposure_by_terminal")
     assert mine.equals(view.sort(key).cast(dict(mine.schema)))  # type: ignore[arg-type]
     cal = rdata.lfd_calendar(rd.risk, rd.today)
-    vcal = _view(warehouse, "SELECT lfd_date, boxes, ready, on_hold, with_appointment, "
-                            "projected_demurrage, uncosted FROM analytics.lfd_calendar")
+    vcal = _view(
+        warehouse,
+        "SELECT lfd_date, boxes, ready, on_hold, with_appointment, "
+        "projected_demurrage, uncosted FROM analytics.lfd_calendar",
+    )
     assert cal.equals(vcal.cast(dict(cal.schema)))  # type: ignore[arg-type]
     assert cal.height == 14 and cal["boxes"].sum() > 0
     # the at-risk table is the at_risk() rows in the same urgency order
-    assert (rdata.at_risk_table(rd.risk)["container_number"].to_list()
-            == at_risk(warehouse)["container_number"].to_list())
+    assert (
+        rdata.at_risk_table(rd.risk)["container_number"].to_list()
+        == at_risk(warehouse)["container_number"].to_list()
+    )
 
 
 def test_an_as_of_is_recomputed_in_memory_and_matches_a_publish(warehouse: Path) -> None:
@@ -69,8 +91,11 @@ def test_an_as_of_is_recomputed_in_memory_and_matches_a_publish(warehouse: Path)
     assert rd.source == "computed" and warehouse.stat().st_mtime_ns == before
     published = load_risk(warehouse).risk
     cols = ["container_id", "risk_level", "lfd_date", "projected_demurrage"]
-    assert rd.risk.select(cols).sort("container_id").equals(
-        published.select(cols).sort("container_id"))
+    assert (
+        rd.risk.select(cols)
+        .sort("container_id")
+        .equals(published.select(cols).sort("container_id"))
+    )
     later = load_risk(warehouse, as_of=datetime(2026, 11, 24, 12, tzinfo=UTC))
     assert later.today.isoformat() == "2026-11-24"
     assert rdata.summary(later.risk)["overdue"] >= rdata.summary(rd.risk)["overdue"]
@@ -114,8 +139,8 @@ def test_report_is_self_contained(report: Path, warehouse: Path) -> None:
     for chart_id in CHART_IDS:
         assert f'id="chart-{chart_id}"' in page
     rows = at_risk(warehouse)
-    table = page[page.index('<table id="at-risk">'):]
-    table = table[:table.index("</table>")]
+    table = page[page.index('<table id="at-risk">') :]
+    table = table[: table.index("</table>")]
     assert table.count("<tr>") == rows.height + 1  # header + one row per at-risk container
     assert rows["container_number"][0] in page
 
@@ -123,24 +148,31 @@ def test_report_is_self_contained(report: Path, warehouse: Path) -> None:
 def test_render_report_escapes_text(warehouse: Path) -> None:
     rd = load_risk(warehouse)
     evil = rd.risk.with_columns(
-        pl.when(pl.col("risk_level") == "overdue").then(pl.lit("</script><b>x</b>"))
-        .otherwise(pl.col("risk_reason")).alias("risk_reason"))
+        pl.when(pl.col("risk_level") == "overdue")
+        .then(pl.lit("</script><b>x</b>"))
+        .otherwise(pl.col("risk_reason"))
+        .alias("risk_reason")
+    )
     page = render_report(rdata.RiskData(evil, rd.as_of, rd.source, rd.duckdb_path))
     assert "<b>x</b>" not in page and "&lt;/script&gt;&lt;b&gt;x&lt;/b&gt;" in page
 
 
 def test_cli_writes_the_report(warehouse: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.html"
-    r = runner.invoke(app, ["report", "--duckdb", str(warehouse), "--out", str(out),
-                            "--as-of", "2026-11-21"])
+    r = runner.invoke(
+        app, ["report", "--duckdb", str(warehouse), "--out", str(out), "--as-of", "2026-11-21"]
+    )
     assert r.exit_code == 0, r.output
     assert "Demurrage risk as of 2026-11-21 00:00 UTC" in out.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--as-of", "next tuesday"], "not an ISO 8601"),
-    (["--out", "."], "is a directory"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--as-of", "next tuesday"], "not an ISO 8601"),
+        (["--out", "."], "is a directory"),
+    ],
+)
 def test_cli_bad_input_is_one_line_exit_2(warehouse: Path, args: list[str], needle: str) -> None:
     r = runner.invoke(app, ["report", "--duckdb", str(warehouse), *args])
     assert r.exit_code == 2 and needle in r.stderr and "Traceback" not in r.output
@@ -156,22 +188,36 @@ def test_cli_unwritable_out_names_the_path_given(warehouse: Path) -> None:
 
 
 def test_cli_missing_warehouse(tmp_path: Path) -> None:
-    r = runner.invoke(app, ["report", "--duckdb", str(tmp_path / "none.duckdb"),
-                            "--out", str(tmp_path / "r.html")])
+    r = runner.invoke(
+        app,
+        ["report", "--duckdb", str(tmp_path / "none.duckdb"), "--out", str(tmp_path / "r.html")],
+    )
     assert r.exit_code == 2 and "no warehouse" in r.stderr
     assert not (tmp_path / "none.duckdb").exists() and not (tmp_path / "r.html").exists()
 
 
 # ---- a real browser ---------------------------------------------------------------------------
 
+
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM
     profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
     profile.mkdir()
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-           "--no-first-run", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", f"--user-data-dir={profile}", "--window-size=1400,2400",
-           "--virtual-time-budget=5000", *args]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--window-size=1400,2400",
+        "--virtual-time-budget=5000",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 

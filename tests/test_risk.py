@@ -23,8 +23,11 @@ FRESH = "2025-11-14T15:00:00Z"
 
 def _s(cid: str, scac: str = "HLCU", pod: str = "USLAX", **kw: object) -> dict[str, object]:
     row: dict[str, object] = {
-        "id": "s-" + cid, "bill_of_lading_number": "BL" + cid, "shipping_line_scac": scac,
-        "port_of_discharge_locode": pod, "customer_name": "ACME",
+        "id": "s-" + cid,
+        "bill_of_lading_number": "BL" + cid,
+        "shipping_line_scac": scac,
+        "port_of_discharge_locode": pod,
+        "customer_name": "ACME",
         "port_of_discharge_id": "p-" + pod,
     }
     row.update(kw)
@@ -36,23 +39,37 @@ CONTAINERS = [
     # 18 Nov -> binding terminal, disagreement 1 day. days 17-14 = 3 (imminent); working days in
     # (14, 17] = Mon 17 = 1. Appointment 2025-11-15T07:30Z = Fri 14 Nov 23:30 PST (under PDT it
     # would be 15 Nov) = today -> projected pickup 14 Nov, projected 0. USDA pending: still ready.
-    _c("a", pickup_lfd_terminal="2025-11-17T08:00:00Z", pickup_lfd_line="2025-11-18T08:00:00Z",
-       pickup_appointment_at="2025-11-15T07:30:00Z"),
+    _c(
+        "a",
+        pickup_lfd_terminal="2025-11-17T08:00:00Z",
+        pickup_lfd_line="2025-11-18T08:00:00Z",
+        pickup_appointment_at="2025-11-15T07:30:00Z",
+    ),
     # B: NY, terminal LFD 2025-11-10T05:00Z = Mon 10 Nov (EST). days -4 (overdue); working days
     # (10, 14] minus Veterans Day = 12, 13, 14 -> -3. USNYC tariff 1-5:250; 6+:280.
     # accrued: 4 chargeable days (11..14) x 250 = 1000. Customs hold -> not ready -> pickup on the
     # 3rd working day after Fri 14: Mon 17, Tue 18, Wed 19 -> 19 Nov; 9 days = 5x250 + 4x280 = 2370.
     # Fees demurrage 1000 + exam 350 (+ total 1350 dropped) = 1350.
-    _c("b", pod_timezone=NY, pickup_lfd_terminal="2025-11-10T05:00:00Z", pod_terminal_id="t-maher",
-       fees_at_pod_terminal_known=True),
+    _c(
+        "b",
+        pod_timezone=NY,
+        pickup_lfd_terminal="2025-11-10T05:00:00Z",
+        pod_terminal_id="t-maher",
+        fees_at_pod_terminal_known=True,
+    ),
     # B2: NY line LFD 2025-11-01T04:00Z = Sat 1 Nov 00:00 EDT (EST would read 31 Oct).
     # 13 days overdue: 5x250 + 8x280 = 3490 accrued; ready -> pickup today -> projected 3490.
     _c("b2", pod_timezone=NY, pickup_lfd_line="2025-11-01T04:00:00Z", pod_terminal_id="t-maher"),
     # C: Houston, picked up. Terminal LFD 2025-11-02T05:00Z = 2 Nov 00:00 CDT (CST would read
     # 1 Nov). Full-out 2025-11-03T16:00Z = 3 Nov. Done. Detention default: 4 calendar free days ->
     # detention LFD 7 Nov; still out: 14-7 = 7 chargeable days = 4x150 + 3x200 = 1200; days_out 11.
-    _c("c", pod_timezone=CHI, pickup_lfd_terminal="2025-11-02T05:00:00Z",
-       pod_full_out_at="2025-11-03T16:00:00Z", current_status="picked_up"),
+    _c(
+        "c",
+        pod_timezone=CHI,
+        pickup_lfd_terminal="2025-11-02T05:00:00Z",
+        pod_full_out_at="2025-11-03T16:00:00Z",
+        current_status="picked_up",
+    ),
     # D: LA, discharged Fri 7 Nov 10:00 PST, no LFD posted -> unknown. Tariff estimate, 4 working
     # days from the day after discharge: Sat 8, Sun 9 skip, Mon 10 (1), Tue 11 holiday skip,
     # Wed 12 (2), Thu 13 (3), Fri 14 (4) -> 14 Nov. Not available, no hold -> pickup next working
@@ -62,13 +79,24 @@ CONTAINERS = [
     # rail LFD 2025-11-15T06:00Z = Sat 15 Nov 00:00 CST -> days 1 (imminent), working days (14, 15]
     # = 0. Tariff port = destination USCHI (no row) -> default dry 1-5:220. Availability unknown ->
     # next working day Mon 17 -> 2 days x 220 = 440.
-    _c("e", pickup_lfd_terminal="2025-11-05T08:00:00Z", pickup_lfd_rail="2025-11-15T06:00:00Z",
-       final_destination_timezone=CHI, pod_rail_departed_at="2025-11-09T12:00:00Z",
-       pod_rail_carrier_scac="UPRR", available_for_pickup=None, current_status="on_rail"),
+    _c(
+        "e",
+        pickup_lfd_terminal="2025-11-05T08:00:00Z",
+        pickup_lfd_rail="2025-11-15T06:00:00Z",
+        final_destination_timezone=CHI,
+        pod_rail_departed_at="2025-11-09T12:00:00Z",
+        pod_rail_carrier_scac="UPRR",
+        available_for_pickup=None,
+        current_status="on_rail",
+    ),
     # F: reefer with CMA CGM at LA: no reefer tariff matches -> uncosted. Terminal LFD 20 Nov ->
     # 6 days (watch). Stale: terminal last checked 1 Nov (13 days > 7).
-    _c("f", equipment_type="reefer", pickup_lfd_terminal="2025-11-20T08:00:00Z",
-       terminal_checked_at="2025-11-01T00:00:00Z"),
+    _c(
+        "f",
+        equipment_type="reefer",
+        pickup_lfd_terminal="2025-11-20T08:00:00Z",
+        terminal_checked_at="2025-11-01T00:00:00Z",
+    ),
     # G: Maersk at LA: carrier row beats the USLAX port row. LFD 12 Nov -> 2 days overdue ->
     # accrued 2 x 235 = 470; ready -> projected 470.
     _c("g", pickup_lfd_terminal="2025-11-12T08:00:00Z"),
@@ -77,13 +105,24 @@ CONTAINERS = [
     # I: LA, picked up Mon 10 Nov 12:00 PST (2025-11-10T20:00Z), empty returned
     # 2025-11-14T03:00Z with no empty_terminated_timezone: the port's zone applies, so the return
     # is Thu 13 Nov 19:00 PST -> 13 Nov (UTC would say 14 Nov). days_out = 13 - 10 = 3.
-    _c("i", pod_full_out_at="2025-11-10T20:00:00Z", empty_terminated_at="2025-11-14T03:00:00Z",
-       current_status="empty_returned"),
+    _c(
+        "i",
+        pod_full_out_at="2025-11-10T20:00:00Z",
+        empty_terminated_at="2025-11-14T03:00:00Z",
+        current_status="empty_returned",
+    ),
 ]
 SHIPMENTS = [
-    _s("a"), _s("b", pod="USNYC"), _s("b2", pod="USNYC"), _s("c", pod="USHOU"), _s("d"),
-    _s("e", destination_locode="USCHI", destination_timezone=CHI), _s("f", scac="CMDU"),
-    _s("g", scac="MAEU"), _s("h", line_tracking_stopped_at="2025-11-10T00:00:00Z"), _s("i"),
+    _s("a"),
+    _s("b", pod="USNYC"),
+    _s("b2", pod="USNYC"),
+    _s("c", pod="USHOU"),
+    _s("d"),
+    _s("e", destination_locode="USCHI", destination_timezone=CHI),
+    _s("f", scac="CMDU"),
+    _s("g", scac="MAEU"),
+    _s("h", line_tracking_stopped_at="2025-11-10T00:00:00Z"),
+    _s("i"),
 ]
 HOLDS = [
     {"container_id": "a", "name": "USDA", "status": "pending"},
@@ -96,17 +135,38 @@ FEES = [
     {"container_id": "b", "type": "total", "amount": 1350.0, "currency_code": "USD"},
 ]
 TERMINALS = [
-    {"id": "t-fenix", "type": "terminal", "name": "Fenix Marine", "nickname": "Fenix",
-     "firms_code": "Y257"},
-    {"id": "t-maher", "type": "terminal", "name": "Maher Terminals", "nickname": "Maher",
-     "firms_code": "E416"},
+    {
+        "id": "t-fenix",
+        "type": "terminal",
+        "name": "Fenix Marine",
+        "nickname": "Fenix",
+        "firms_code": "Y257",
+    },
+    {
+        "id": "t-maher",
+        "type": "terminal",
+        "name": "Maher Terminals",
+        "nickname": "Maher",
+        "firms_code": "E416",
+    },
 ]
 PORTS = [
-    {"id": "p-USLAX", "code": "USLAX", "city": "Los Angeles", "country_code": "US",
-     "time_zone": LA},
+    {
+        "id": "p-USLAX",
+        "code": "USLAX",
+        "city": "Los Angeles",
+        "country_code": "US",
+        "time_zone": LA,
+    },
 ]
-DATA = {"containers": CONTAINERS, "shipments": SHIPMENTS, "container_holds": HOLDS,
-        "container_fees": FEES, "terminals": TERMINALS, "ports": PORTS}
+DATA = {
+    "containers": CONTAINERS,
+    "shipments": SHIPMENTS,
+    "container_holds": HOLDS,
+    "container_fees": FEES,
+    "terminals": TERMINALS,
+    "ports": PORTS,
+}
 
 
 @pytest.fixture(scope="module")
@@ -127,30 +187,41 @@ def test_la_dst_terminal_lfd_disagreeing_line_and_pending(risk: dict) -> None:
     a = risk["a"]
     assert (a["lfd_terminal"], a["lfd_line"]) == (date(2025, 11, 17), date(2025, 11, 18))
     assert (a["lfd_date"], a["lfd_source"], a["lfd_disagreement_days"]) == (
-        date(2025, 11, 17), "terminal", 1)
+        date(2025, 11, 17),
+        "terminal",
+        1,
+    )
     assert (a["days_to_lfd"], a["working_days_to_lfd"], a["risk_level"]) == (3, 1, "imminent")
     assert a["ready_for_pickup"] is True
     assert (a["blocking_holds"], a["pending_holds"]) == ([], ["USDA"])
     assert a["projected_pickup_date"] == date(2025, 11, 14)
     assert (a["accrued_demurrage"], a["projected_demurrage"], a["costed"]) == (0.0, 0.0, True)
     assert a["risk_reason"] == (
-        "LFD in 3 days at Fenix (terminal); USDA pending; appointment 2025-11-14")
+        "LFD in 3 days at Fenix (terminal); USDA pending; appointment 2025-11-14"
+    )
     assert a["stale"] is False and a["fees_reported"] is None
 
 
 def test_ny_overdue_holiday_hold_and_total_fee(risk: dict) -> None:
     b = risk["b"]
     assert (b["lfd_date"], b["days_to_lfd"], b["working_days_to_lfd"]) == (
-        date(2025, 11, 10), -4, -3)
+        date(2025, 11, 10),
+        -4,
+        -3,
+    )
     assert b["risk_level"] == "overdue"
     assert (b["ready_for_pickup"], b["blocking_holds"], b["pending_holds"]) == (
-        False, ["customs"], ["TMF"])
+        False,
+        ["customs"],
+        ["TMF"],
+    )
     assert b["accrued_demurrage"] == 1000.0
     assert b["projected_pickup_date"] == date(2025, 11, 19)
     assert b["projected_demurrage"] == 2370.0
     assert (b["fees_reported"], b["demurrage_fee_reported"]) == (1350.0, 1000.0)
     assert b["risk_reason"] == (
-        "LFD passed 4 days ago at Maher (terminal); customs hold; TMF pending; no appointment")
+        "LFD passed 4 days ago at Maher (terminal); customs hold; TMF pending; no appointment"
+    )
 
 
 def test_ny_line_lfd_encoded_in_edt(risk: dict) -> None:
@@ -165,14 +236,20 @@ def test_chicago_picked_up_with_detention(risk: dict) -> None:
     assert (c["risk_level"], c["lfd_date"], c["lfd_source"]) == ("done", None, None)
     assert (c["accrued_demurrage"], c["projected_demurrage"]) == (0.0, 0.0)
     assert (c["detention_lfd"], c["days_out"], c["projected_detention"]) == (
-        date(2025, 11, 7), 11, 1200.0)
+        date(2025, 11, 7),
+        11,
+        1200.0,
+    )
     assert c["risk_reason"] == "picked up 2025-11-03"
 
 
 def test_weekend_and_holiday_inside_free_time(risk: dict) -> None:
     d = risk["d"]
     assert (d["risk_level"], d["lfd_date"], d["lfd_estimated"]) == (
-        "unknown", None, date(2025, 11, 14))
+        "unknown",
+        None,
+        date(2025, 11, 14),
+    )
     assert (d["accrued_demurrage"], d["projected_demurrage"]) == (0.0, 660.0)
     assert d["projected_pickup_date"] == date(2025, 11, 17)
     assert d["risk_reason"].startswith("discharged, no LFD posted (tariff estimate 2025-11-14)")
@@ -182,7 +259,11 @@ def test_inland_rail_move(risk: dict) -> None:
     e = risk["e"]
     assert e["is_inland"] is True
     assert (e["lfd_date"], e["lfd_source"], e["days_to_lfd"], e["working_days_to_lfd"]) == (
-        date(2025, 11, 15), "rail", 1, 0)
+        date(2025, 11, 15),
+        "rail",
+        1,
+        0,
+    )
     assert e["lfd_disagreement_days"] == 10
     assert (e["risk_level"], e["projected_demurrage"]) == ("imminent", 440.0)
     assert e["risk_reason"] == "LFD tomorrow (rail); not available; no appointment"
@@ -199,7 +280,10 @@ def test_no_tariff_is_uncosted_and_stale(risk: dict) -> None:
 def test_carrier_tariff_beats_port(risk: dict) -> None:
     g = risk["g"]
     assert (g["risk_level"], g["accrued_demurrage"], g["projected_demurrage"]) == (
-        "overdue", 470.0, 470.0)
+        "overdue",
+        470.0,
+        470.0,
+    )
 
 
 def test_not_discharged_is_ok_and_stale_when_tracking_stopped(risk: dict) -> None:
@@ -217,11 +301,16 @@ def test_chicago_march_dst() -> None:
     # Houston/Chicago zone after DST starts Sun 2026-03-08: LFD 2026-03-09T05:00Z = Mon 9 Mar
     # 00:00 CDT (CST would read 8 Mar 23:00). as_of Fri 6 Mar 18:00Z: 3 days, 1 working day.
     frames = {
-        "containers": pl.LazyFrame({
-            "id": ["x"], "number": ["X"], "shipment_id": ["s"], "pod_timezone": [CHI],
-            "pickup_lfd_terminal": [datetime(2026, 3, 9, 5, tzinfo=UTC)],
-            "pod_discharged_at": [datetime(2026, 3, 2, 12, tzinfo=UTC)],
-        }),
+        "containers": pl.LazyFrame(
+            {
+                "id": ["x"],
+                "number": ["X"],
+                "shipment_id": ["s"],
+                "pod_timezone": [CHI],
+                "pickup_lfd_terminal": [datetime(2026, 3, 9, 5, tzinfo=UTC)],
+                "pod_discharged_at": [datetime(2026, 3, 2, 12, tzinfo=UTC)],
+            }
+        ),
         "shipments": pl.LazyFrame({"id": ["s"], "port_of_discharge_locode": ["USHOU"]}),
     }
     r = compute_risk(frames, datetime(2026, 3, 6, 18, tzinfo=UTC), load_tariffs()).collect()
@@ -245,6 +334,7 @@ def test_federal_holidays_observed_rules() -> None:
 
 def test_publish_views_and_example_sql(warehouse: Path, tmp_path: Path) -> None:
     import shutil
+
     db = tmp_path / "w.duckdb"
     shutil.copy(warehouse, db)
     s1 = publish_risk(db, as_of=AS_OF)
@@ -264,9 +354,11 @@ def test_publish_views_and_example_sql(warehouse: Path, tmp_path: Path) -> None:
         assert top[0][0] == "B2"  # most overdue first
         cal = con.sql("SELECT count(*), min(lfd_date) FROM analytics.lfd_calendar").fetchall()[0]
         assert cal == (14, date(2025, 11, 17))
-        wide = con.sql("SELECT pod_last_free_day_on_local, customs_hold_at_pod_terminal, "
-                       "pod_discharged_at_local FROM analytics.containers_wide "
-                       "WHERE container_id = 'b'").fetchall()[0]
+        wide = con.sql(
+            "SELECT pod_last_free_day_on_local, customs_hold_at_pod_terminal, "
+            "pod_discharged_at_local FROM analytics.containers_wide "
+            "WHERE container_id = 'b'"
+        ).fetchall()[0]
         assert wide == ("2025-11-10", "hold", "2025-11-07 13:00:00")
         prev = con.sql("SELECT count(*) FROM analytics.demurrage_risk_previous").fetchall()[0]
         assert prev == (10,)

@@ -26,8 +26,9 @@ def db(tmp_path: Path) -> Path:
 
 
 def test_cli_json_and_changes(db: Path) -> None:
-    r = runner.invoke(app, ["--duckdb", str(db), "--as-of", "2025-11-14T16:00:00Z",
-                            "--format", "json"])
+    r = runner.invoke(
+        app, ["--duckdb", str(db), "--as-of", "2025-11-14T16:00:00Z", "--format", "json"]
+    )
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)
     # days to LFD: B2 -13, B -4, G -2, E 1, A 3
@@ -45,11 +46,14 @@ def test_cli_json_and_changes(db: Path) -> None:
     assert risk_changes(None, cur)["counts"]["newly_overdue"] == 4
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--as-of", "yesterday"], "not an ISO 8601"),
-    (["--level", "urgent"], "unknown level urgent"),
-    (["--format", "xml"], "unknown format"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--as-of", "yesterday"], "not an ISO 8601"),
+        (["--level", "urgent"], "unknown level urgent"),
+        (["--format", "xml"], "unknown format"),
+    ],
+)
 def test_cli_bad_input_exit_2(db: Path, args: list[str], needle: str) -> None:
     r = runner.invoke(app, ["--duckdb", str(db), *args])
     assert r.exit_code == 2 and needle in r.stderr and "Traceback" not in r.output

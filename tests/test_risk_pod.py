@@ -31,11 +31,16 @@ def _la(day: str) -> str:
     return f"{day}T08:00:00Z"
 
 
-def _pod(unified: str | None, selection: str | None, line: str | None = None,
-         facility: str | None = None) -> dict[str, object]:
-    return {"has_pod_deadlines": True, "pod_lfd_unified": unified,
-            "pod_lfd_unified_selection": selection, "pod_lfd_line_current": line,
-            "pod_lfd_facility_current": facility}
+def _pod(
+    unified: str | None, selection: str | None, line: str | None = None, facility: str | None = None
+) -> dict[str, object]:
+    return {
+        "has_pod_deadlines": True,
+        "pod_lfd_unified": unified,
+        "pod_lfd_unified_selection": selection,
+        "pod_lfd_line_current": line,
+        "pod_lfd_facility_current": facility,
+    }
 
 
 CONTAINERS = [
@@ -51,9 +56,14 @@ CONTAINERS = [
     _c("legacy", pickup_lfd_terminal=_la("2025-11-10"), pickup_lfd_line=_la("2025-11-11")),
     # inland by rail to Chicago with a pod object: left the port, the facility date (20 Nov) no
     # longer binds; the rail LFD 2025-11-15T06:00Z = Sat 15 Nov 00:00 CST (1 day) does
-    _c("rail", pickup_lfd_rail="2025-11-15T06:00:00Z", final_destination_timezone=CHI,
-       pod_rail_departed_at="2025-11-09T12:00:00Z", pod_rail_carrier_scac="UPRR",
-       current_status="on_rail"),
+    _c(
+        "rail",
+        pickup_lfd_rail="2025-11-15T06:00:00Z",
+        final_destination_timezone=CHI,
+        pod_rail_departed_at="2025-11-09T12:00:00Z",
+        pod_rail_carrier_scac="UPRR",
+        current_status="on_rail",
+    ),
     # no pod object: the legacy rules (terminal 17 Nov)
     _c("old", pickup_lfd_terminal=_la("2025-11-17")),
 ]
@@ -68,17 +78,34 @@ POD = {
 }
 DATA: dict[str, list[dict[str, Any]]] = {
     "containers": CONTAINERS,
-    "shipments": [{"id": "s-" + str(c["id"]), "shipping_line_scac": "HLCU",
-                   "port_of_discharge_locode": "USLAX", "destination_locode": (
-                       "USCHI" if c["id"] == "rail" else None)} for c in CONTAINERS],
-    "terminals": [{"id": "t-fenix", "name": "Fenix Marine", "nickname": "Fenix",
-                   "firms_code": "Y257"}],
+    "shipments": [
+        {
+            "id": "s-" + str(c["id"]),
+            "shipping_line_scac": "HLCU",
+            "port_of_discharge_locode": "USLAX",
+            "destination_locode": ("USCHI" if c["id"] == "rail" else None),
+        }
+        for c in CONTAINERS
+    ],
+    "terminals": [
+        {"id": "t-fenix", "name": "Fenix Marine", "nickname": "Fenix", "firms_code": "Y257"}
+    ],
 }
-POD_DDL = {"has_pod_deadlines": "BOOLEAN", "pod_lfd_unified": "DATE",
-           "pod_lfd_unified_selection": "VARCHAR", "pod_lfd_line_current": "DATE",
-           "pod_lfd_facility_current": "DATE"}
-LFDS = ("pickup_lfd_terminal", "pickup_lfd_line", "pickup_lfd_rail", "ind_facility_lfd_on",
-        "pickup_lfd", "ssl_lfd")
+POD_DDL = {
+    "has_pod_deadlines": "BOOLEAN",
+    "pod_lfd_unified": "DATE",
+    "pod_lfd_unified_selection": "VARCHAR",
+    "pod_lfd_line_current": "DATE",
+    "pod_lfd_facility_current": "DATE",
+}
+LFDS = (
+    "pickup_lfd_terminal",
+    "pickup_lfd_line",
+    "pickup_lfd_rail",
+    "ind_facility_lfd_on",
+    "pickup_lfd",
+    "ssl_lfd",
+)
 
 
 def _warehouse(path: Path, lfd_as_date: bool) -> Path:
@@ -90,14 +117,21 @@ def _warehouse(path: Path, lfd_as_date: bool) -> Path:
             con.execute(f"ALTER TABLE terminal49.containers ADD COLUMN {name} {typ}")
         for cid, values in POD.items():
             sets = ", ".join(f"{k} = ?" for k in values)
-            con.execute(f"UPDATE terminal49.containers SET {sets} WHERE id = ?",
-                        [*values.values(), cid])
+            con.execute(
+                f"UPDATE terminal49.containers SET {sets} WHERE id = ?", [*values.values(), cid]
+            )
         if lfd_as_date:  # what the flattener writes now: the local calendar date
             rail_tz = "coalesce(final_destination_timezone, pod_timezone, 'UTC')"
-            local = {c: f"CAST(timezone({rail_tz if c in LFDS[2:4] else 'pod_timezone'}, {c}) "
-                        f"AS DATE) AS {c}" for c in LFDS}
-            con.execute("CREATE OR REPLACE TABLE terminal49.containers AS SELECT * REPLACE ("
-                        + ", ".join(local.values()) + ") FROM terminal49.containers")
+            local = {
+                c: f"CAST(timezone({rail_tz if c in LFDS[2:4] else 'pod_timezone'}, {c}) "
+                f"AS DATE) AS {c}"
+                for c in LFDS
+            }
+            con.execute(
+                "CREATE OR REPLACE TABLE terminal49.containers AS SELECT * REPLACE ("
+                + ", ".join(local.values())
+                + ") FROM terminal49.containers"
+            )
     return path
 
 
@@ -163,8 +197,11 @@ def test_bare_dates_and_instants_give_the_same_risk(tmp_path: Path) -> None:
     out = []
     for as_date in (False, True):
         with reading(_warehouse(tmp_path / f"{as_date}.duckdb", as_date)) as con:
-            out.append(compute_risk(read_warehouse(con), AS_OF, load_tariffs())
-                       .collect().sort("container_id"))
+            out.append(
+                compute_risk(read_warehouse(con), AS_OF, load_tariffs())
+                .collect()
+                .sort("container_id")
+            )
     assert out[0].equals(out[1])
     assert out[1]["lfd_terminal"].to_list().count(date(2025, 11, 20)) == 1
 
@@ -174,9 +211,11 @@ def test_containers_wide_with_date_lfd_columns(warehouse: Path, tmp_path: Path) 
     shutil.copy(warehouse, db)
     publish_risk(db, as_of=AS_OF)
     with duckdb.connect(str(db), read_only=True) as con:
-        row = con.sql("SELECT pod_last_free_day_on_local, ind_last_free_day_on_local "
-                      "FROM analytics.containers_wide WHERE container_id IN ('fac', 'rail') "
-                      "ORDER BY container_id").fetchall()
+        row = con.sql(
+            "SELECT pod_last_free_day_on_local, ind_last_free_day_on_local "
+            "FROM analytics.containers_wide WHERE container_id IN ('fac', 'rail') "
+            "ORDER BY container_id"
+        ).fetchall()
     assert row == [("2025-11-20", None), (None, "2025-11-15")]
 
 
@@ -188,8 +227,9 @@ def test_cli_one_line_when_containers_lack_columns(tmp_path: Path) -> None:
     db = tmp_path / "old.duckdb"
     with duckdb.connect(str(db)) as con:
         con.execute("CREATE SCHEMA terminal49")
-        con.execute("CREATE TABLE terminal49.containers (number VARCHAR, "
-                    "pickup_lfd_terminal VARCHAR)")
+        con.execute(
+            "CREATE TABLE terminal49.containers (number VARCHAR, pickup_lfd_terminal VARCHAR)"
+        )
         con.execute("INSERT INTO terminal49.containers VALUES ('A', 'soon')")
     app = typer.Typer()
     app.command()(risk_command)

@@ -17,18 +17,25 @@ AS_OF = "2026-11-20T12:00:00Z"
 def _clean_env(tmp_path: Path) -> dict[str, str]:
     """The user's environment minus anything of this project or of Prefect; a private
     PREFECT_HOME so the user's own Prefect database is never touched."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TERMINAL49_", "FREETIME_", "PREFECT_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TERMINAL49_", "FREETIME_", "PREFECT_"))
+    }
     env["PREFECT_HOME"] = str(tmp_path / ".prefect")
     env["COLUMNS"] = "200"
     return env
 
 
-def _freetime(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-              timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def _freetime(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "freetime_cli.main", *args],
-        cwd=tmp_path, env=env or _clean_env(tmp_path), capture_output=True, text=True,
+        cwd=tmp_path,
+        env=env or _clean_env(tmp_path),
+        capture_output=True,
+        text=True,
         timeout=timeout,
     )
 
@@ -52,13 +59,28 @@ def test_freetime_run_in_an_empty_folder_without_a_key(tmp_path: Path) -> None:
     warehouse = tmp_path / "data" / "freetime.duckdb"
     assert warehouse.exists()
     with duckdb.connect(str(warehouse), read_only=True) as con:
-        tables = {(s, t) for s, t in con.execute(
-            "SELECT table_schema, table_name FROM information_schema.tables").fetchall()}
-        for t in ("containers", "shipments", "container_holds", "container_fees", "terminals",
-                  "ports"):
+        tables = {
+            (s, t)
+            for s, t in con.execute(
+                "SELECT table_schema, table_name FROM information_schema.tables"
+            ).fetchall()
+        }
+        for t in (
+            "containers",
+            "shipments",
+            "container_holds",
+            "container_fees",
+            "terminals",
+            "ports",
+        ):
             assert ("terminal49", t) in tables
-        for t in ("demurrage_risk", "at_risk_containers", "exposure_by_terminal",
-                  "lfd_calendar", "containers_wide"):
+        for t in (
+            "demurrage_risk",
+            "at_risk_containers",
+            "exposure_by_terminal",
+            "lfd_calendar",
+            "containers_wide",
+        ):
             assert ("analytics", t) in tables
         assert con.execute("SELECT count(*) FROM terminal49.containers").fetchone() == (500,)
         first = con.execute(
@@ -76,8 +98,12 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_goes_through(tmp_path: Pa
     interrupted while it held the warehouse slot."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "freetime_cli.main", "run", "--as-of", AS_OF],
-        cwd=tmp_path, env=_clean_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,  # its own process group, as under a terminal
+        cwd=tmp_path,
+        env=_clean_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as under a terminal
     )
     warehouse = tmp_path / "data" / "freetime.duckdb"
     try:
@@ -126,15 +152,19 @@ def test_freetime_run_failing_in_its_first_task(tmp_path: Path) -> None:
     other = tmp_path / "other.duckdb"
     with duckdb.connect(str(other)) as con:
         con.execute("CREATE SCHEMA terminal49")
-        con.execute("CREATE TABLE terminal49.freetime_source (source VARCHAR, recorded_at "
-                    "TIMESTAMPTZ)")
-        con.execute("INSERT INTO terminal49.freetime_source VALUES "
-                    "('https://api.terminal49.com/v2', now())")
+        con.execute(
+            "CREATE TABLE terminal49.freetime_source (source VARCHAR, recorded_at TIMESTAMPTZ)"
+        )
+        con.execute(
+            "INSERT INTO terminal49.freetime_source VALUES ('https://api.terminal49.com/v2', now())"
+        )
     before = other.read_bytes()
     result = _freetime(tmp_path, "run", "--duckdb", str(other), timeout=120)
     assert result.returncode == 1, result.stderr[-3000:]
-    assert (f"error: sync failed: the warehouse {other} holds data loaded from "
-            "https://api.terminal49.com/v2") in result.stderr
+    assert (
+        f"error: sync failed: the warehouse {other} holds data loaded from "
+        "https://api.terminal49.com/v2"
+    ) in result.stderr
     assert "Error logging to API" not in result.stderr and "Traceback" not in result.stderr
     assert other.read_bytes() == before  # nothing written
 
@@ -154,9 +184,15 @@ def test_at_risk_table_prints_api_text_as_it_is() -> None:
     from freetime_cli.run_cmd import at_risk_table
 
     row = {
-        "rank": 1, "container": "MSCU[1]", "risk_level": "overdue", "lfd": "2026-11-20",
-        "lfd_source": "line", "days_to_lfd": -1, "terminal": "Pier [A] /bold",
-        "reason": "LFD was yesterday; [red] hold", "projected_demurrage": 100.0,
+        "rank": 1,
+        "container": "MSCU[1]",
+        "risk_level": "overdue",
+        "lfd": "2026-11-20",
+        "lfd_source": "line",
+        "days_to_lfd": -1,
+        "terminal": "Pier [A] /bold",
+        "reason": "LFD was yesterday; [red] hold",
+        "projected_demurrage": 100.0,
         "currency": "USD",
     }
     console = Console(record=True, width=200)

@@ -28,11 +28,20 @@ from sandbox.process import SandboxProcess
 
 CLOCK = "2026-11-20T12:00:00Z"
 STATUSES = {
-    "new", "on_ship", "available", "not_available", "grounded", "on_rail", "picked_up",
-    "off_dock", "delivered", "dropped", "loaded", "empty_returned", "awaiting_inland_transfer",
+    "new",
+    "on_ship",
+    "available",
+    "not_available",
+    "grounded",
+    "on_rail",
+    "picked_up",
+    "off_dock",
+    "delivered",
+    "dropped",
+    "loaded",
+    "empty_returned",
+    "awaiting_inland_transfer",
 }
-
-
 
 
 def scan(http: httpx.Client, path: str, **params: Any) -> list[dict[str, Any]]:
@@ -59,9 +68,13 @@ def test_startup_prints_two_lines_and_real_port(sb: SandboxProcess) -> None:
 
 def test_malformed_fault_spec_exits_2_without_traceback() -> None:
     for spec in ("5xx=lots", "bogus=0.1", "5xx=0.7,429=0.6", "5xx"):
-        res = subprocess.run([sys.executable, "-m", "sandbox", "serve", "--port", "0",
-                              "--faults", spec], capture_output=True, text=True, timeout=60,
-                             cwd=Path(__file__).parents[1])
+        res = subprocess.run(
+            [sys.executable, "-m", "sandbox", "serve", "--port", "0", "--faults", spec],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=Path(__file__).parents[1],
+        )
         assert res.returncode == 2, spec
         assert "Traceback" not in res.stderr
         assert len(res.stderr.strip().splitlines()) == 1
@@ -84,12 +97,12 @@ def test_container_paging_defaults_links_and_meta(sb: SandboxProcess, http: http
     assert "included" not in body
 
 
-def test_page_size_capped_and_last_page_has_no_next(sb: SandboxProcess,
-                                                     http: httpx.Client) -> None:
+def test_page_size_capped_and_last_page_has_no_next(sb: SandboxProcess, http: httpx.Client) -> None:
     body = http.get("/containers", params={"page[size]": 500, "include": "shipment"}).json()
     assert len(body["data"]) == 50  # containers are capped at 50 a page (live since 2026-10)
     assert body["links"]["current"] == (
-        f"{sb.base_url}/containers?include=shipment&page[number]=1&page[size]=50")
+        f"{sb.base_url}/containers?include=shipment&page[number]=1&page[size]=50"
+    )
     last = http.get(body["links"]["last"]).json()
     assert len(last["data"]) == 50
     assert "next" not in last["links"] and last["links"]["last"] == body["links"]["last"]
@@ -98,7 +111,8 @@ def test_page_size_capped_and_last_page_has_no_next(sb: SandboxProcess,
 
 
 def test_shipment_meta_has_size_and_single_page_has_only_self_current(
-        http: httpx.Client, truth: dict[str, Any]) -> None:
+    http: httpx.Client, truth: dict[str, Any]
+) -> None:
     body = http.get("/shipments", params={"page[size]": 7}).json()
     assert body["meta"] == {"total": len(truth["shipments"]), "size": 7}
     small = SandboxProcess(containers=12, seed=3, clock=CLOCK)
@@ -110,7 +124,8 @@ def test_shipment_meta_has_size_and_single_page_has_only_self_current(
 def test_scan_matches_ground_truth_and_orders(http: httpx.Client, truth: dict[str, Any]) -> None:
     containers = scan(http, "/containers", include="shipment")
     assert [c["id"] for c in sorted(containers, key=lambda c: c["id"])] == [
-        c["id"] for c in sorted(truth["containers"], key=lambda c: c["id"])]
+        c["id"] for c in sorted(truth["containers"], key=lambda c: c["id"])
+    ]
     by_id = {c["id"]: c for c in truth["containers"]}
     assert all(c == by_id[c["id"]] for c in containers)
     shipments = scan(http, "/shipments")
@@ -148,8 +163,11 @@ def test_400_bad_include_and_page(http: httpx.Client) -> None:
 
 
 def test_404_json_for_unknown_id_and_html_for_unknown_route(http: httpx.Client) -> None:
-    for path in ("/containers/00000000-0000-4000-8000-000000000000", "/shipments/nope",
-                 "/containers/nope/transport_events"):
+    for path in (
+        "/containers/00000000-0000-4000-8000-000000000000",
+        "/shipments/nope",
+        "/containers/nope/transport_events",
+    ):
         r = http.get(path)
         assert r.status_code == 404
         assert r.json() == {"errors": [{"status": "404", "title": "Not Found"}]}
@@ -159,8 +177,10 @@ def test_404_json_for_unknown_id_and_html_for_unknown_route(http: httpx.Client) 
 
 
 def test_rate_limit_429_with_retry_after() -> None:
-    with SandboxProcess(containers=10, seed=5, rate_limit=5, clock=CLOCK) as p, \
-            httpx.Client(headers={"Authorization": f"Token {p.api_key}"}) as c:
+    with (
+        SandboxProcess(containers=10, seed=5, rate_limit=5, clock=CLOCK) as p,
+        httpx.Client(headers={"Authorization": f"Token {p.api_key}"}) as c,
+    ):
         codes = [c.get(f"{p.base_url}/shipments").status_code for _ in range(7)]
         assert codes == [200] * 5 + [429] * 2
         r = c.get(f"{p.base_url}/containers")
@@ -177,8 +197,10 @@ def test_rate_limit_429_with_retry_after() -> None:
 
 # ---- includes -------------------------------------------------------------------------------
 def test_container_includes_deduplicated(http: httpx.Client) -> None:
-    body = http.get("/containers", params={
-        "include": "shipment,pod_terminal,pickup_facility", "page[size]": 100}).json()
+    body = http.get(
+        "/containers",
+        params={"include": "shipment,pod_terminal,pickup_facility", "page[size]": 100},
+    ).json()
     keys = [(r["type"], r["id"]) for r in body["included"]]
     assert len(keys) == len(set(keys))
     types = Counter(t for t, _ in keys)
@@ -194,35 +216,48 @@ def test_container_includes_deduplicated(http: httpx.Client) -> None:
 
 
 def test_shipment_includes(http: httpx.Client, truth: dict[str, Any]) -> None:
-    rail = next(s for s in truth["shipments"]
-                if s["relationships"]["destination_terminal"]["data"])
-    r = http.get(f"/shipments/{rail['id']}", params={
-        "include": "containers,pod_terminal,port_of_lading,port_of_discharge,destination,"
-                   "destination_terminal"})
+    rail = next(s for s in truth["shipments"] if s["relationships"]["destination_terminal"]["data"])
+    r = http.get(
+        f"/shipments/{rail['id']}",
+        params={
+            "include": "containers,pod_terminal,port_of_lading,port_of_discharge,destination,"
+            "destination_terminal"
+        },
+    )
     body = r.json()
     assert body["links"]["self"].endswith(
         f"/shipments/{rail['id']}?include=containers,pod_terminal,port_of_lading,"
-        "port_of_discharge,destination,destination_terminal")
+        "port_of_discharge,destination,destination_terminal"
+    )
     types = Counter(x["type"] for x in body["included"])
     assert types["container"] == len(rail["relationships"]["containers"]["data"])
     assert types["port"] == 3 and types["terminal"] == 1 and types["rail_terminal"] == 1
     port = next(x for x in body["included"] if x["type"] == "port")
-    assert {"name", "code", "city", "country_code", "time_zone", "latitude",
-            "longitude"} <= set(port["attributes"])
+    assert {"name", "code", "city", "country_code", "time_zone", "latitude", "longitude"} <= set(
+        port["attributes"]
+    )
 
 
 def test_transport_events_endpoint(http: httpx.Client, truth: dict[str, Any]) -> None:
-    done = next(c for c in truth["containers"]
-                if c["attributes"]["current_status"] == "empty_returned")
-    body = http.get(f"/containers/{done['id']}/transport_events",
-                    params={"include": "location"}).json()
+    done = next(
+        c for c in truth["containers"] if c["attributes"]["current_status"] == "empty_returned"
+    )
+    body = http.get(
+        f"/containers/{done['id']}/transport_events", params={"include": "location"}
+    ).json()
     assert "meta" not in body and set(body["links"]) == {"self", "current"}
     names = {e["attributes"]["event"] for e in body["data"]}
-    assert {"container.transport.vessel_loaded", "container.transport.vessel_departed",
-            "container.transport.vessel_arrived", "container.transport.vessel_discharged",
-            "container.transport.full_out", "container.transport.empty_in"} <= names
+    assert {
+        "container.transport.vessel_loaded",
+        "container.transport.vessel_departed",
+        "container.transport.vessel_arrived",
+        "container.transport.vessel_discharged",
+        "container.transport.full_out",
+        "container.transport.empty_in",
+    } <= names
     assert [e["id"] for e in body["data"]] == [
-        x["id"] for x in done["relationships"]["transport_events"]["data"]]
+        x["id"] for x in done["relationships"]["transport_events"]["data"]
+    ]
     for e in body["data"]:
         assert "previous_version" in e["relationships"]
     assert {x["type"] for x in body["included"]} == {"port"}
@@ -239,15 +274,18 @@ def test_account_realism(truth: dict[str, Any]) -> None:
     assert set(counts) <= set(range(1, 7)) and len(counts) >= 4
     customers = {s["customer_name"] for s in ss} - {None}
     assert 10 <= len(customers) <= 30
-    assert any(s["pod_eta_at"] and s["pod_original_eta_at"]
-               and s["pod_eta_at"] > s["pod_original_eta_at"] for s in ss)  # slipping ETAs
+    assert any(
+        s["pod_eta_at"] and s["pod_original_eta_at"] and s["pod_eta_at"] > s["pod_original_eta_at"]
+        for s in ss
+    )  # slipping ETAs
     assert any(s["line_tracking_stopped_at"] and s["line_tracking_stopped_reason"] for s in ss)
     assert any(s["destination_locode"] for s in ss)
     now = datetime.fromisoformat(CLOCK.replace("Z", "+00:00"))
     checks = [c["terminal_checked_at"] for c in cs if c["pod_arrived_at"]]
     assert None in checks
-    assert any(x and (now - datetime.fromisoformat(x.replace("Z", "+00:00"))).days >= 7
-               for x in checks)
+    assert any(
+        x and (now - datetime.fromisoformat(x.replace("Z", "+00:00"))).days >= 7 for x in checks
+    )
     holds = [h for c in cs for h in c["holds_at_pod_terminal"]]
     assert {h["status"] for h in holds} == {"hold", "pending"}
     assert {h["name"] for h in holds} <= {"freight", "customs", "USDA", "TMF", "VACIS", "other"}
@@ -261,12 +299,18 @@ def test_account_realism(truth: dict[str, Any]) -> None:
     assert any(x["amount"] == 0 for f in fees for x in f if x["type"] == "demurrage")
     assert any(x["amount"] > 0 for f in fees for x in f if x["type"] == "demurrage")
     # Past-LFD boxes still in the yard.
-    assert any(c["pickup_lfd"] and c["pickup_lfd"] < CLOCK and c["current_status"] in
-               ("available", "not_available") for c in cs)
-    assert any(c["import_deadlines"]["pickup_lfd_line"] and
-               c["import_deadlines"]["pickup_lfd_terminal"] and
-               c["import_deadlines"]["pickup_lfd_line"] !=
-               c["import_deadlines"]["pickup_lfd_terminal"] for c in cs)
+    assert any(
+        c["pickup_lfd"]
+        and c["pickup_lfd"] < CLOCK
+        and c["current_status"] in ("available", "not_available")
+        for c in cs
+    )
+    assert any(
+        c["import_deadlines"]["pickup_lfd_line"]
+        and c["import_deadlines"]["pickup_lfd_terminal"]
+        and c["import_deadlines"]["pickup_lfd_line"] != c["import_deadlines"]["pickup_lfd_terminal"]
+        for c in cs
+    )
     assert any(c["import_deadlines"]["pickup_lfd_rail"] for c in cs)
 
 
@@ -284,9 +328,11 @@ def test_lfds_are_local_midnights_and_coalesce(truth: dict[str, Any]) -> None:
     for c in (x["attributes"] for x in truth["containers"]):
         d = c["import_deadlines"]
         days = {}
-        for key, tz in (("pickup_lfd_terminal", c["pod_timezone"]),
-                        ("pickup_lfd_line", c["pod_timezone"]),
-                        ("pickup_lfd_rail", c["final_destination_timezone"])):
+        for key, tz in (
+            ("pickup_lfd_terminal", c["pod_timezone"]),
+            ("pickup_lfd_line", c["pod_timezone"]),
+            ("pickup_lfd_rail", c["final_destination_timezone"]),
+        ):
             days[key] = _lfd_day(d[key], tz) if d[key] else None
             n += d[key] is not None
         expect = days["pickup_lfd_line"] or days["pickup_lfd_terminal"] or days["pickup_lfd_rail"]
@@ -295,8 +341,7 @@ def test_lfds_are_local_midnights_and_coalesce(truth: dict[str, Any]) -> None:
         assert c["ssl_lfd"] == d["pickup_lfd_line"]
     assert n > 50
     # The encoding example: 5 Nov in New York is 05:00Z (EDT ended 1 Nov 2026 -> EST).
-    assert datetime(2026, 11, 5, tzinfo=ZoneInfo("America/New_York")).astimezone(
-        UTC).hour == 5
+    assert datetime(2026, 11, 5, tzinfo=ZoneInfo("America/New_York")).astimezone(UTC).hour == 5
 
 
 # ---- keys and schemas -----------------------------------------------------------------------
@@ -305,8 +350,7 @@ def _captured(name: str) -> dict[str, Any]:
     return data
 
 
-def test_attribute_keys_match_captured_responses(truth: dict[str, Any],
-                                                 http: httpx.Client) -> None:
+def test_attribute_keys_match_captured_responses(truth: dict[str, Any], http: httpx.Client) -> None:
     cap = _captured("container-with-shipment.json")
     cap_c = cap["data"]
     cap_s = next(x for x in cap["included"] if x["type"] == "shipment")
@@ -315,7 +359,8 @@ def test_attribute_keys_match_captured_responses(truth: dict[str, Any],
         assert set(c["attributes"]) == set(cap_c["attributes"])
         # ``pod`` is sent on newer containers since 2026-10 (the capture predates it).
         assert set(c["attributes"]["import_deadlines"]) - {"pod"} == set(
-            cap_c["attributes"]["import_deadlines"])
+            cap_c["attributes"]["import_deadlines"]
+        )
         assert set(c["relationships"]) == set(cap_c["relationships"])
     for s in truth["shipments"]:
         assert set(s["attributes"]) == set(cap_s["attributes"])
@@ -325,7 +370,8 @@ def test_attribute_keys_match_captured_responses(truth: dict[str, Any],
         if t["type"] == "terminal":
             assert set(t["attributes"]) == set(cap_t["attributes"])
             assert set(t["attributes"]["provided_data"]) == set(
-                cap_t["attributes"]["provided_data"])
+                cap_t["attributes"]["provided_data"]
+            )
     cap_e = _captured("container-transport-events.json")
     cap_port = next(x for x in cap_e["included"] if x["type"] == "port")
     for p in truth["ports"]:
@@ -342,8 +388,11 @@ def _to_json_schema(node: Any) -> Any:
         return [_to_json_schema(x) for x in node]
     if not isinstance(node, dict):
         return node
-    out = {k: _to_json_schema(v) for k, v in node.items()
-           if k not in ("nullable", "x-examples", "examples", "example", "x-stoplight")}
+    out = {
+        k: _to_json_schema(v)
+        for k, v in node.items()
+        if k not in ("nullable", "x-examples", "examples", "example", "x-stoplight")
+    }
     if node.get("nullable") is True:
         if isinstance(out.get("type"), str):
             out["type"] = [out["type"], "null"]
@@ -373,27 +422,50 @@ def schemas() -> dict[str, Draft202012Validator]:
     doc = _to_json_schema(json.loads((T49 / "openapi.json").read_text()))
     sch = doc["components"]["schemas"]
     sch["container"]["properties"]["type"]["enum"] = ["container"]
-    _nullable(sch["container"]["properties"]["relationships"]["properties"]["pickup_facility"]
-              ["properties"]["data"])
+    _nullable(
+        sch["container"]["properties"]["relationships"]["properties"]["pickup_facility"][
+            "properties"
+        ]["data"]
+    )
     rel = sch["shipment"]["properties"]["relationships"]["properties"]
     _nullable(rel["destination_terminal"]["properties"]["data"])
     _nullable(rel["line_tracking_stopped_by_user"]["properties"]["data"])
     for k in ("latitude", "longitude"):
         sch["port"]["properties"]["attributes"]["properties"][k]["type"] = [
-            "number", "string", "null"]
+            "number",
+            "string",
+            "null",
+        ]
     _nullable(sch["terminal"]["properties"]["attributes"]["properties"]["bic_facility_code"])
     registry: Registry[Any] = Registry().with_resource(
-        "urn:t49", Resource.from_contents(doc, default_specification=DRAFT202012))
+        "urn:t49", Resource.from_contents(doc, default_specification=DRAFT202012)
+    )
     out = {}
-    for name in ("container", "shipment", "terminal", "port", "transport_event",
-                 "rail_terminal", "links", "meta", "error"):
-        out[name] = Draft202012Validator({"$ref": f"urn:t49#/components/schemas/{name}"},
-                                         registry=registry)
+    for name in (
+        "container",
+        "shipment",
+        "terminal",
+        "port",
+        "transport_event",
+        "rail_terminal",
+        "links",
+        "meta",
+        "error",
+    ):
+        out[name] = Draft202012Validator(
+            {"$ref": f"urn:t49#/components/schemas/{name}"}, registry=registry
+        )
     paths = doc["paths"]
-    for path in ("/containers", "/shipments", "/containers/{id}", "/shipments/{id}",
-                 "/containers/{id}/transport_events"):
+    for path in (
+        "/containers",
+        "/shipments",
+        "/containers/{id}",
+        "/shipments/{id}",
+        "/containers/{id}/transport_events",
+    ):
         s = copy.deepcopy(
-            paths[path]["get"]["responses"]["200"]["content"]["application/json"]["schema"])
+            paths[path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        )
         s = json.loads(json.dumps(s).replace('"#/components', '"urn:t49#/components'))
         out[path] = Draft202012Validator(s, registry=registry)
     return out
@@ -404,8 +476,9 @@ def _valid(v: Draft202012Validator, instance: Any) -> None:
     assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors[:5])
 
 
-def test_responses_validate_against_openapi(http: httpx.Client, truth: dict[str, Any],
-                                            schemas: dict[str, Draft202012Validator]) -> None:
+def test_responses_validate_against_openapi(
+    http: httpx.Client, truth: dict[str, Any], schemas: dict[str, Draft202012Validator]
+) -> None:
     for c in truth["containers"]:
         _valid(schemas["container"], c)
     for s in truth["shipments"]:
@@ -417,15 +490,22 @@ def test_responses_validate_against_openapi(http: httpx.Client, truth: dict[str,
     body = http.get("/containers", params={"include": "shipment", "page[size]": 50}).json()
     _valid(schemas["/containers"], body)
     _valid(schemas["meta"], body["meta"])
-    body = http.get("/shipments", params={"include": "containers,pod_terminal,port_of_lading"}
-                    ).json()
+    body = http.get(
+        "/shipments", params={"include": "containers,pod_terminal,port_of_lading"}
+    ).json()
     _valid(schemas["/shipments"], body)
     cid = truth["containers"][3]["id"]
-    _valid(schemas["/containers/{id}"], http.get(
-        f"/containers/{cid}", params={"include": "shipment,pod_terminal,transport_events"}).json())
+    _valid(
+        schemas["/containers/{id}"],
+        http.get(
+            f"/containers/{cid}", params={"include": "shipment,pod_terminal,transport_events"}
+        ).json(),
+    )
     sid = truth["shipments"][3]["id"]
-    _valid(schemas["/shipments/{id}"], http.get(
-        f"/shipments/{sid}", params={"include": "containers,port_of_discharge"}).json())
+    _valid(
+        schemas["/shipments/{id}"],
+        http.get(f"/shipments/{sid}", params={"include": "containers,port_of_discharge"}).json(),
+    )
     ev = http.get(f"/containers/{cid}/transport_events").json()
     _valid(schemas["/containers/{id}/transport_events"], ev)
     for e in ev["data"]:
@@ -440,11 +520,18 @@ def test_same_seed_same_clock_same_bytes() -> None:
         with SandboxProcess(containers=60, seed=7, clock=CLOCK) as p:
             c = p.client
             gt = c.get(f"{p.admin_url}/ground_truth").content
-            page = c.get(f"{p.base_url}/containers",
-                         params={"include": "shipment", "page[size]": 25, "page[number]": 2})
+            page = c.get(
+                f"{p.base_url}/containers",
+                params={"include": "shipment", "page[size]": 25, "page[number]": 2},
+            )
             ships = c.get(f"{p.base_url}/shipments", params={"include": "containers"})
-            bodies.append((gt, page.content.replace(p.base_url.encode(), b"BASE"),
-                           ships.content.replace(p.base_url.encode(), b"BASE")))
+            bodies.append(
+                (
+                    gt,
+                    page.content.replace(p.base_url.encode(), b"BASE"),
+                    ships.content.replace(p.base_url.encode(), b"BASE"),
+                )
+            )
     assert bodies[0] == bodies[1]
     with SandboxProcess(containers=60, seed=8, clock=CLOCK) as p:
         assert p.client.get(f"{p.admin_url}/ground_truth").content != bodies[0][0]
@@ -482,11 +569,13 @@ def test_advance_moves_world_and_reorders(sb: SandboxProcess, http: httpx.Client
     assert len(changed) <= res["changed_containers"]
     listing = scan(http, "/containers")
     assert len(listing) == total0 + len(new) == len(cur)
-    lead = {c["id"] for c in listing[:res["changed_containers"] + len(new)]}
+    lead = {c["id"] for c in listing[: res["changed_containers"] + len(new)]}
     assert changed | new <= lead  # every changed or new container is at the front
     assert {cur[k]["attributes"]["current_status"] for k in new} <= {"new", "on_ship"}
-    moved = Counter((before[k]["attributes"]["current_status"],
-                     cur[k]["attributes"]["current_status"]) for k in changed)
+    moved = Counter(
+        (before[k]["attributes"]["current_status"], cur[k]["attributes"]["current_status"])
+        for k in changed
+    )
     assert any(a != b for a, b in moved)
     sb.advance(minutes=30)
     assert sb.clock() == "2026-11-22T12:30:00Z"
@@ -511,8 +600,9 @@ def test_faults_at_roughly_their_rates() -> None:
                     continue
                 if r.status_code == 429:
                     assert r.headers["Retry-After"] == "1"
-                outcomes[str(r.status_code)[0] + "xx" if r.status_code >= 500
-                         else str(r.status_code)] += 1
+                outcomes[
+                    str(r.status_code)[0] + "xx" if r.status_code >= 500 else str(r.status_code)
+                ] += 1
             for _ in range(20):  # admin is never faulted
                 assert c.get(f"{p.admin_url}/clock").status_code == 200
         stats = p.stats()

@@ -29,10 +29,12 @@ def rx() -> Iterator[WebhookReceiver]:
 
 @pytest.fixture(scope="module")
 def sb(rx: WebhookReceiver) -> Iterator[SandboxProcess]:
-    with SandboxProcess(containers=200, seed=21, clock="2026-11-20T12:00:00Z",
-                        document_delay=0, emails_per_day=0) as proc:
-        proc.register_webhook(rx.url("/docs"),
-                              events=["document.extracted", "document.extraction_failed"])
+    with SandboxProcess(
+        containers=200, seed=21, clock="2026-11-20T12:00:00Z", document_delay=0, emails_per_day=0
+    ) as proc:
+        proc.register_webhook(
+            rx.url("/docs"), events=["document.extracted", "document.extraction_failed"]
+        )
         yield proc
 
 
@@ -41,10 +43,14 @@ def md5(data: bytes) -> str:
 
 
 def blob_request(sb: SandboxProcess, data: bytes, **over: Any) -> httpx.Response:
-    blob = {"filename": "invoice.pdf", "content_type": "application/pdf",
-            "byte_size": len(data), "checksum": md5(data), **over}
-    return sb.client.post(f"{sb.base_url}/rails/active_storage/direct_uploads",
-                          json={"blob": blob})
+    blob = {
+        "filename": "invoice.pdf",
+        "content_type": "application/pdf",
+        "byte_size": len(data),
+        "checksum": md5(data),
+        **over,
+    }
+    return sb.client.post(f"{sb.base_url}/rails/active_storage/direct_uploads", json={"blob": blob})
 
 
 def test_direct_upload_happy_path_and_download(sb: SandboxProcess) -> None:
@@ -52,24 +58,47 @@ def test_direct_upload_happy_path_and_download(sb: SandboxProcess) -> None:
     r = blob_request(sb, data)
     assert r.status_code == 200
     blob = r.json()
-    assert {"id", "key", "filename", "content_type", "metadata", "service_name", "byte_size",
-            "checksum", "created_at", "signed_id", "direct_upload"} <= set(blob)
+    assert {
+        "id",
+        "key",
+        "filename",
+        "content_type",
+        "metadata",
+        "service_name",
+        "byte_size",
+        "checksum",
+        "created_at",
+        "signed_id",
+        "direct_upload",
+    } <= set(blob)
     up = blob["direct_upload"]
     assert "/v2/" not in up["url"] and "/storage/" in up["url"]
     assert set(up["headers"]) == {"Content-Type", "Content-MD5", "Content-Disposition"}
     put = httpx.put(up["url"], content=data, headers=up["headers"])  # no API key
     assert put.status_code == 200
-    created = sb.client.post(f"{sb.base_url}/documents", json={"data": {
-        "type": "document", "attributes": {"name": "Invoice 77123",
-                                           "attached_document": blob["signed_id"]}}})
+    created = sb.client.post(
+        f"{sb.base_url}/documents",
+        json={
+            "data": {
+                "type": "document",
+                "attributes": {"name": "Invoice 77123", "attached_document": blob["signed_id"]},
+            }
+        },
+    )
     assert created.status_code == 201
     doc = created.json()["data"]
     assert doc["type"] == "document"
     attrs = doc["attributes"]
     assert attrs["document_type"] is None and attrs["source"] == "api"
     assert attrs["file_name"] == "invoice.pdf" and attrs["file_size_bytes"] == len(data)
-    assert {"name", "document_type_manual", "classification_notes", "file_content_type",
-            "created_at", "updated_at"} <= set(attrs)
+    assert {
+        "name",
+        "document_type_manual",
+        "classification_notes",
+        "file_content_type",
+        "created_at",
+        "updated_at",
+    } <= set(attrs)
     assert doc["links"]["download"] == f"/documents/{doc['id']}/download_url"
     url = sb.client.get(f"{sb.base_url}/documents/{doc['id']}/download_url").json()
     got = httpx.get(url["download_url"])
@@ -84,12 +113,14 @@ def test_direct_upload_happy_path_and_download(sb: SandboxProcess) -> None:
 
 def test_blob_validation(sb: SandboxProcess) -> None:
     data = b"%PDF-1.4 x"
-    for over, pointer in (({"byte_size": 0}, "/blob/byte_size"),
-                          ({"byte_size": "10"}, "/blob/byte_size"),
-                          ({"checksum": "not-base64!"}, "/blob/checksum"),
-                          ({"checksum": base64.b64encode(b"short").decode()}, "/blob/checksum"),
-                          ({"filename": ""}, "/blob/filename"),
-                          ({"content_type": "pdf"}, "/blob/content_type")):
+    for over, pointer in (
+        ({"byte_size": 0}, "/blob/byte_size"),
+        ({"byte_size": "10"}, "/blob/byte_size"),
+        ({"checksum": "not-base64!"}, "/blob/checksum"),
+        ({"checksum": base64.b64encode(b"short").decode()}, "/blob/checksum"),
+        ({"filename": ""}, "/blob/filename"),
+        ({"content_type": "pdf"}, "/blob/content_type"),
+    ):
         r = blob_request(sb, data, **over)
         assert r.status_code == 422, over
         assert r.json()["errors"][0]["source"]["pointer"] == pointer
@@ -112,11 +143,19 @@ def test_storage_rejects_checksum_and_length_mismatch(sb: SandboxProcess) -> Non
 def test_attached_document_must_be_signed_id(sb: SandboxProcess) -> None:
     data = fake_pdf(["signed id test"])
     blob = blob_request(sb, data).json()
-    assert httpx.put(blob["direct_upload"]["url"], content=data,
-                     headers=blob["direct_upload"]["headers"]).status_code == 200
+    assert (
+        httpx.put(
+            blob["direct_upload"]["url"], content=data, headers=blob["direct_upload"]["headers"]
+        ).status_code
+        == 200
+    )
     for att in (blob["direct_upload"]["url"], "bogus--deadbeef"):
-        r = sb.client.post(f"{sb.base_url}/documents", json={"data": {
-            "type": "document", "attributes": {"name": "x", "attached_document": att}}})
+        r = sb.client.post(
+            f"{sb.base_url}/documents",
+            json={
+                "data": {"type": "document", "attributes": {"name": "x", "attached_document": att}}
+            },
+        )
         assert r.status_code == 422
         assert r.json()["errors"][0]["source"]["pointer"] == "/data/attributes/attached_document"
 
@@ -142,12 +181,14 @@ def test_extraction_events(sb: SandboxProcess, rx: WebhookReceiver) -> None:
     rep = inc["document_representation"]
     assert rep["attributes"]["schema_version"] == "2026-03-23"
     assert rep["attributes"]["payload"]["invoice_number"] == "INV-55501"
-    assert (inc["document"]["relationships"]["last_document_representation"]["data"]["id"]
-            == rep["id"])
+    assert (
+        inc["document"]["relationships"]["last_document_representation"]["data"]["id"] == rep["id"]
+    )
     fail = by_doc[bad_id]
     assert fail["data"]["attributes"]["event"] == "document.extraction_failed"
-    got = sb.client.get(f"{sb.base_url}/documents/{ok_id}",
-                        params={"include": "last_document_representation"}).json()
+    got = sb.client.get(
+        f"{sb.base_url}/documents/{ok_id}", params={"include": "last_document_representation"}
+    ).json()
     assert got["data"]["attributes"]["document_type"] == "commercial_invoice"
     assert got["included"][0]["type"] == "document_representation"
     schema = sb.client.get(f"{sb.base_url}/document_schemas/commercial_invoice@2026-03-23")
@@ -163,12 +204,14 @@ def test_email_submissions_and_truth(sb: SandboxProcess) -> None:
     assert emails["meta"]["total"] >= 3
     e = emails["data"][0]
     assert {"subject", "from", "to", "cc", "message_id", "sent_at", "documents_count"} <= set(
-        e["attributes"])
+        e["attributes"]
+    )
     assert {r["type"] for r in emails["included"]} == {"document", "document_representation"}
     one = c.get(f"{sb.base_url}/email_submissions/{e['id']}").json()
     assert one["data"]["id"] == e["id"]
-    docs = c.get(f"{sb.base_url}/documents", params={"include": "email_submission",
-                                                      "page[size]": 100}).json()
+    docs = c.get(
+        f"{sb.base_url}/documents", params={"include": "email_submission", "page[size]": 100}
+    ).json()
     sources = {d["attributes"]["source"] for d in docs["data"]}
     assert "email" in sources
     assert any(r["type"] == "email_submission" for r in docs["included"])

@@ -24,15 +24,14 @@ INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 LEGACY = ("pickup_lfd_terminal", "pickup_lfd_line", "pickup_lfd_rail")
 
 
-
-
 @pytest.fixture(scope="module")
 def stamps(sb: SandboxProcess) -> dict[str, Any]:
     return sb.timestamps()
 
 
-def scan(http: httpx.Client, path: str, params: Any = None) -> tuple[list[dict[str, Any]],
-                                                                    list[dict[str, Any]]]:
+def scan(
+    http: httpx.Client, path: str, params: Any = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Follow ``links.next`` from the first page; returns (bodies, primary resources)."""
     bodies: list[dict[str, Any]] = []
     resp = http.get(path, params=params)
@@ -65,8 +64,7 @@ def lfd_day(value: str, tz: str) -> date:
 
 
 # ---- page caps, links, include ----------------------------------------------------------------
-def test_containers_capped_at_50_without_meta_size(sb: SandboxProcess,
-                                                    http: httpx.Client) -> None:
+def test_containers_capped_at_50_without_meta_size(sb: SandboxProcess, http: httpx.Client) -> None:
     body = http.get("/containers", params={"page[size]": 500}).json()
     assert len(body["data"]) == 50
     assert body["meta"] == {"total": 500}
@@ -79,8 +77,9 @@ def test_containers_capped_at_50_without_meta_size(sb: SandboxProcess,
     assert len(small["data"]) == 20 and "page[size]=20" in small["links"]["last"]
 
 
-def test_shipments_capped_at_100_with_meta_size(sb: SandboxProcess, http: httpx.Client,
-                                                truth: dict[str, Any]) -> None:
+def test_shipments_capped_at_100_with_meta_size(
+    sb: SandboxProcess, http: httpx.Client, truth: dict[str, Any]
+) -> None:
     body = http.get("/shipments", params={"page[size]": 500}).json()
     total = len(truth["shipments"])
     assert total > 100
@@ -107,11 +106,14 @@ def _lfd_values(c: dict[str, Any]) -> list[tuple[str, str, str]]:
     pod_tz = c["pod_timezone"]
     rail_tz = c["final_destination_timezone"] or pod_tz
     d = c["import_deadlines"]
-    out = [("pickup_lfd", c["pickup_lfd"], pod_tz), ("ssl_lfd", c["ssl_lfd"], pod_tz),
-           ("ind_facility_lfd_on", c["ind_facility_lfd_on"], rail_tz),
-           ("pickup_lfd_terminal", d["pickup_lfd_terminal"], pod_tz),
-           ("pickup_lfd_line", d["pickup_lfd_line"], pod_tz),
-           ("pickup_lfd_rail", d["pickup_lfd_rail"], rail_tz)]
+    out = [
+        ("pickup_lfd", c["pickup_lfd"], pod_tz),
+        ("ssl_lfd", c["ssl_lfd"], pod_tz),
+        ("ind_facility_lfd_on", c["ind_facility_lfd_on"], rail_tz),
+        ("pickup_lfd_terminal", d["pickup_lfd_terminal"], pod_tz),
+        ("pickup_lfd_line", d["pickup_lfd_line"], pod_tz),
+        ("pickup_lfd_rail", d["pickup_lfd_rail"], rail_tz),
+    ]
     pod = d.get("pod") or {}
     for src in ("line", "facility"):
         for k in ("original", "current", "calculated"):
@@ -162,8 +164,12 @@ def test_pod_deadlines_shape_and_every_combination(truth: dict[str, Any]) -> Non
             assert set(pod[src]) == {"original", "current", "calculated", "manual"}
             assert isinstance(pod[src]["manual"], bool)
         u = pod["unified"]
-        assert set(u) == {"original_value", "original_selection", "current_value",
-                          "current_selection"}
+        assert set(u) == {
+            "original_value",
+            "original_selection",
+            "current_value",
+            "current_selection",
+        }
         assert (u["current_value"] is None) == (u["current_selection"] is None)
         tz = c["pod_timezone"]
         if u["current_value"] is None:
@@ -171,8 +177,11 @@ def test_pod_deadlines_shape_and_every_combination(truth: dict[str, Any]) -> Non
             continue
         selections.add(u["current_selection"])
         day = lfd_day(u["current_value"], tz)
-        chosen = {"facility": pod["facility"]["current"], "line": pod["line"]["current"],
-                  "line_calculated": pod["line"]["calculated"]}[u["current_selection"]]
+        chosen = {
+            "facility": pod["facility"]["current"],
+            "line": pod["line"]["current"],
+            "line_calculated": pod["line"]["calculated"],
+        }[u["current_selection"]]
         assert chosen is not None and lfd_day(chosen, tz) == day
         calculated += pod["line"]["calculated"] is not None
         if pod["facility"]["manual"]:
@@ -191,15 +200,16 @@ def _utc_day(text: str) -> date:
     return ts(text).date()
 
 
-def _expect(stamps: dict[str, Any], truth: dict[str, Any], field: str,
-            pred: Any) -> list[str]:
+def _expect(stamps: dict[str, Any], truth: dict[str, Any], field: str, pred: Any) -> list[str]:
     """Container ids in list order whose ``field`` (``updated_at`` or ``created_at``) UTC date
     satisfies ``pred``."""
     created = {c["id"]: c["attributes"]["created_at"] for c in truth["containers"]}
 
     def value(cid: str) -> str:
-        return str(stamps["containers"][cid]["updated_at"] if field == "updated_at"
-                   else created[cid])
+        return str(
+            stamps["containers"][cid]["updated_at"] if field == "updated_at" else created[cid]
+        )
+
     return [cid for cid in stamps["order"] if pred(_utc_day(value(cid)))]
 
 
@@ -210,21 +220,25 @@ def listed(http: httpx.Client, stamps: dict[str, Any]) -> dict[str, Any]:
     return stamps
 
 
-@pytest.mark.parametrize(("expr", "pred"), [
-    ("2026-11-20", lambda d: d == date(2026, 11, 20)),
-    ("=2026-11-20", lambda d: d == date(2026, 11, 20)),
-    (">=2026-11-19", lambda d: d >= date(2026, 11, 19)),
-    (">2026-11-19", lambda d: d > date(2026, 11, 19)),
-    ("<2026-11-01", lambda d: d < date(2026, 11, 1)),
-    ("<=2026-11-01", lambda d: d <= date(2026, 11, 1)),
-    ("today", lambda d: d == date(2026, 11, 20)),
-    (">=3.days.ago", lambda d: d >= date(2026, 11, 17)),
-    ("<1.day.from_now", lambda d: d < date(2026, 11, 21)),
-    ("2026-11-18,2026-11-20", lambda d: d in (date(2026, 11, 18), date(2026, 11, 20))),
-    ("@exists", lambda d: True),
-])
-def test_container_updated_at_filter(http: httpx.Client, truth: dict[str, Any],
-                                     listed: dict[str, Any], expr: str, pred: Any) -> None:
+@pytest.mark.parametrize(
+    ("expr", "pred"),
+    [
+        ("2026-11-20", lambda d: d == date(2026, 11, 20)),
+        ("=2026-11-20", lambda d: d == date(2026, 11, 20)),
+        (">=2026-11-19", lambda d: d >= date(2026, 11, 19)),
+        (">2026-11-19", lambda d: d > date(2026, 11, 19)),
+        ("<2026-11-01", lambda d: d < date(2026, 11, 1)),
+        ("<=2026-11-01", lambda d: d <= date(2026, 11, 1)),
+        ("today", lambda d: d == date(2026, 11, 20)),
+        (">=3.days.ago", lambda d: d >= date(2026, 11, 17)),
+        ("<1.day.from_now", lambda d: d < date(2026, 11, 21)),
+        ("2026-11-18,2026-11-20", lambda d: d in (date(2026, 11, 18), date(2026, 11, 20))),
+        ("@exists", lambda d: True),
+    ],
+)
+def test_container_updated_at_filter(
+    http: httpx.Client, truth: dict[str, Any], listed: dict[str, Any], expr: str, pred: Any
+) -> None:
     want = _expect(listed, truth, "updated_at", pred)
     assert want  # each case selects something
     bodies, got = scan(http, "/containers", {"filter[updated_at]": expr, "page[size]": 50})
@@ -235,48 +249,58 @@ def test_container_updated_at_filter(http: httpx.Client, truth: dict[str, Any],
         assert "filter[updated_at]=" in bodies[0]["links"]["last"]
 
 
-def test_repeated_key_is_and_and_created_at(http: httpx.Client, truth: dict[str, Any],
-                                            listed: dict[str, Any]) -> None:
+def test_repeated_key_is_and_and_created_at(
+    http: httpx.Client, truth: dict[str, Any], listed: dict[str, Any]
+) -> None:
     lo, hi = date(2026, 11, 10), date(2026, 11, 19)
     want = _expect(listed, truth, "updated_at", lambda d: lo <= d <= hi)
-    bodies, got = scan(http, "/containers", [("filter[updated_at][]", ">=2026-11-10"),
-                                             ("filter[updated_at][]", "<=2026-11-19")])
+    bodies, got = scan(
+        http,
+        "/containers",
+        [("filter[updated_at][]", ">=2026-11-10"), ("filter[updated_at][]", "<=2026-11-19")],
+    )
     assert want and ids(got) == want and bodies[0]["meta"]["total"] == len(want)
     assert bodies[0]["links"]["current"].count("filter[updated_at][]=") == 2
     created = _expect(listed, truth, "created_at", lambda d: d >= date(2026, 11, 1))
     assert created
     _, got = scan(http, "/containers", {"filter[created_at]": ">=2026-11-01"})
     assert ids(got) == created
-    both = set(created) & set(_expect(listed, truth, "updated_at",
-                                      lambda d: d == date(2026, 11, 20)))
-    _, got = scan(http, "/containers", {"filter[created_at]": ">=2026-11-01",
-                                        "filter[updated_at]": "today"})
+    both = set(created) & set(
+        _expect(listed, truth, "updated_at", lambda d: d == date(2026, 11, 20))
+    )
+    _, got = scan(
+        http, "/containers", {"filter[created_at]": ">=2026-11-01", "filter[updated_at]": "today"}
+    )
     assert set(ids(got)) == both
 
 
 def test_unknown_filters_ignored_bad_values_400_eta_filters_500(http: httpx.Client) -> None:
     plain = http.get("/containers", params={"page[size]": 50}).json()
-    odd = http.get("/containers", params={"page[size]": 50, "filter[colour]": "red",
-                                          "filter[updated_since]": "2026-11-20"}).json()
+    odd = http.get(
+        "/containers",
+        params={"page[size]": 50, "filter[colour]": "red", "filter[updated_since]": "2026-11-20"},
+    ).json()
     assert odd["data"] == plain["data"] and odd["meta"] == {"total": 500}
     ships = http.get("/shipments", params={"filter[updated_at]": ">=2026-11-20T00:00:00Z"})
     assert ships.json()["meta"]["total"] == http.get("/shipments").json()["meta"]["total"]
     for key in ("filter[pod_eta_at]", "filter[pod_ata_at]"):
         r = http.get("/containers", params={key: ">=2026-11-01"})
         assert r.status_code == 500 and r.json()["errors"][0]["status"] == "500"
-    for path, key, value in (("/containers", "filter[updated_at]", "yesterday"),
-                             ("/containers", "filter[created_at][]", ">=2026-13-01"),
-                             ("/shipments", "filter[created_at]", ">=2026-10-01"),
-                             ("/shipments", "filter[created_at]", ">=2026-10-01T00:00:00"),
-                             ("/shipments", "filter[pod_eta_changed_at]",
-                              "<=2026-11-01T00:00:00Z")):
+    for path, key, value in (
+        ("/containers", "filter[updated_at]", "yesterday"),
+        ("/containers", "filter[created_at][]", ">=2026-13-01"),
+        ("/shipments", "filter[created_at]", ">=2026-10-01"),
+        ("/shipments", "filter[created_at]", ">=2026-10-01T00:00:00"),
+        ("/shipments", "filter[pod_eta_changed_at]", "<=2026-11-01T00:00:00Z"),
+    ):
         r = http.get(path, params={key: value})
         assert r.status_code == 400, (key, value)
         assert r.json()["errors"][0]["source"]["parameter"] == key
 
 
-def test_shipment_timestamp_filters(http: httpx.Client, truth: dict[str, Any],
-                                    stamps: dict[str, Any]) -> None:
+def test_shipment_timestamp_filters(
+    http: httpx.Client, truth: dict[str, Any], stamps: dict[str, Any]
+) -> None:
     _, listing = scan(http, "/shipments", {"page[size]": 100})
     order = ids(listing)
     attrs = {s["id"]: s["attributes"] for s in truth["shipments"]}
@@ -288,30 +312,44 @@ def test_shipment_timestamp_filters(http: httpx.Client, truth: dict[str, Any],
     _, got = scan(http, "/shipments", {"filter[created_at]": "<2026-11-10T06:30:00+00:00"})
     assert ids(got) == [s for s in order if s not in want]
     since = "2026-11-01T00:00:00Z"
-    eta = [s for s in order
-           if attrs[s]["line_tracking_stopped_at"] is None and attrs[s]["pod_ata_at"] is None
-           and ts(stamps["shipments"][s]["pod_eta_changed_at"]) >= ts(since)]
+    eta = [
+        s
+        for s in order
+        if attrs[s]["line_tracking_stopped_at"] is None
+        and attrs[s]["pod_ata_at"] is None
+        and ts(stamps["shipments"][s]["pod_eta_changed_at"]) >= ts(since)
+    ]
     assert eta and len(eta) < len(order)
-    bodies, got = scan(http, "/shipments", {"filter[pod_eta_changed_at]": f">={since}",
-                                            "page[size]": 5})
+    bodies, got = scan(
+        http, "/shipments", {"filter[pod_eta_changed_at]": f">={since}", "page[size]": 5}
+    )
     assert ids(got) == eta and bodies[0]["meta"]["total"] == len(eta)
     assert "filter[pod_eta_changed_at]=" in bodies[0]["links"]["next"]
     # pod_eta_at is what changed: a slipped ETA shows the original before the change.
-    slipped = [s for s in eta if attrs[s]["pod_original_eta_at"]
-               and attrs[s]["pod_eta_at"] != attrs[s]["pod_original_eta_at"]]
+    slipped = [
+        s
+        for s in eta
+        if attrs[s]["pod_original_eta_at"]
+        and attrs[s]["pod_eta_at"] != attrs[s]["pod_original_eta_at"]
+    ]
     assert slipped
 
 
-def test_internal_timestamps_are_not_in_payloads(truth: dict[str, Any],
-                                                 stamps: dict[str, Any]) -> None:
+def test_internal_timestamps_are_not_in_payloads(
+    truth: dict[str, Any], stamps: dict[str, Any]
+) -> None:
     assert all("updated_at" not in c["attributes"] for c in truth["containers"])
-    assert all("updated_at" not in s["attributes"] and
-               "pod_eta_changed_at" not in s["attributes"] for s in truth["shipments"])
+    assert all(
+        "updated_at" not in s["attributes"] and "pod_eta_changed_at" not in s["attributes"]
+        for s in truth["shipments"]
+    )
     assert set(stamps["containers"]) == set(ids(truth["containers"]))
     assert set(stamps["shipments"]) == set(ids(truth["shipments"]))
     assert all(c["updated_at"] <= CLOCK for c in stamps["containers"].values())
-    assert all(s["updated_at"] <= CLOCK and s["pod_eta_changed_at"] <= CLOCK
-               for s in stamps["shipments"].values())
+    assert all(
+        s["updated_at"] <= CLOCK and s["pod_eta_changed_at"] <= CLOCK
+        for s in stamps["shipments"].values()
+    )
 
 
 # ---- the world moves (own servers) ---------------------------------------------------------------
@@ -327,8 +365,7 @@ def test_updated_at_moves_on_refresh_and_advance() -> None:
         res = p.advance(hours=24)
         t2, g2 = p.timestamps(), p.ground_truth()
         before = {c["id"]: c for c in g1["containers"]}
-        changed = {c["id"] for c in g2["containers"]
-                   if c["id"] in before and c != before[c["id"]]}
+        changed = {c["id"] for c in g2["containers"] if c["id"] in before and c != before[c["id"]]}
         assert changed and res["changed_containers"] >= len(changed)
         for cid, v in t2["containers"].items():
             if cid in changed or cid not in before:
@@ -354,13 +391,17 @@ def test_stored_utc_date_is_compared_not_the_ports_date() -> None:
     with SandboxProcess(containers=150, seed=5, clock="2026-11-19T23:59:00Z") as p:
         c = p.client
         p.refresh(count=6)
-        late = {k for k, v in p.timestamps()["containers"].items()
-                if v["updated_at"] == "2026-11-19T23:59:00Z"}
+        late = {
+            k
+            for k, v in p.timestamps()["containers"].items()
+            if v["updated_at"] == "2026-11-19T23:59:00Z"
+        }
         assert len(late) >= 6
 
         def listed(expr: str) -> set[str]:
-            body = c.get(f"{p.base_url}/containers",
-                         params={"filter[updated_at]": expr, "page[size]": 50}).json()
+            body = c.get(
+                f"{p.base_url}/containers", params={"filter[updated_at]": expr, "page[size]": 50}
+            ).json()
             found = {x["id"] for x in body["data"]}
             while body["links"].get("next"):
                 body = c.get(body["links"]["next"]).json()
@@ -371,8 +412,9 @@ def test_stored_utc_date_is_compared_not_the_ports_date() -> None:
         assert late <= listed("today")
         res = p.advance(minutes=60)
         assert res["clock"] == "2026-11-20T00:59:00Z"
-        fresh = {k for k, v in p.timestamps()["containers"].items()
-                 if v["updated_at"] == res["clock"]}
+        fresh = {
+            k for k, v in p.timestamps()["containers"].items() if v["updated_at"] == res["clock"]
+        }
         assert fresh
         assert fresh <= listed("2026-11-20") and not fresh & listed("<=2026-11-19")
         still = late - fresh  # refreshed at 23:59 and unchanged since
@@ -383,9 +425,12 @@ def test_active_share_settled_book_changes_little() -> None:
     with SandboxProcess(containers=1000, seed=3, clock=CLOCK, active_share=0.1) as p:
         g = p.ground_truth()
         now = ts(CLOCK)
-        settled = [c for c in g["containers"]
-                   if c["attributes"]["current_status"] == "empty_returned"
-                   and now - ts(c["attributes"]["empty_terminated_at"]) >= timedelta(days=30)]
+        settled = [
+            c
+            for c in g["containers"]
+            if c["attributes"]["current_status"] == "empty_returned"
+            and now - ts(c["attributes"]["empty_terminated_at"]) >= timedelta(days=30)
+        ]
         assert len(settled) >= 850
         t0 = p.timestamps()
         res = p.advance(hours=24)
@@ -414,8 +459,9 @@ def test_delete_removes_a_container_upstream() -> None:
         assert c.get(f"{p.base_url}/containers/{victim['id']}").status_code == 404
         assert victim["id"] not in {x["id"] for x in p.ground_truth()["containers"]}
         ship = c.get(f"{p.base_url}/shipments/{sid}", params={"include": "containers"}).json()
-        assert victim["id"] not in {x["id"] for x in
-                                    ship["data"]["relationships"]["containers"]["data"]}
+        assert victim["id"] not in {
+            x["id"] for x in ship["data"]["relationships"]["containers"]["data"]
+        }
         assert victim["id"] not in {x["id"] for x in ship.get("included", [])}
         gone = c.post(f"{p.admin_url}/delete", params={"container": victim["id"]})
         assert gone.status_code == 404

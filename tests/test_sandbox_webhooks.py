@@ -24,8 +24,9 @@ from sandbox.receiver import WebhookReceiver
 
 EXAMPLES = T49 / "webhooks"
 CLOCK = "2026-11-20T12:00:00Z"
-CONTAINER_EXAMPLES = sorted(p.stem for p in EXAMPLES.glob("*.json")
-                            if not p.stem.startswith("document."))
+CONTAINER_EXAMPLES = sorted(
+    p.stem for p in EXAMPLES.glob("*.json") if not p.stem.startswith("document.")
+)
 
 
 def example(name: str) -> dict[str, Any]:
@@ -63,8 +64,14 @@ def rx(flaky: Flaky) -> Iterator[WebhookReceiver]:
 
 @pytest.fixture(scope="module")
 def sb() -> Iterator[SandboxProcess]:
-    with SandboxProcess(containers=300, seed=11, clock=CLOCK, webhook_backoff=0.05,
-                        document_delay=0, emails_per_day=0) as proc:
+    with SandboxProcess(
+        containers=300,
+        seed=11,
+        clock=CLOCK,
+        webhook_backoff=0.05,
+        document_delay=0,
+        emails_per_day=0,
+    ) as proc:
         yield proc
 
 
@@ -82,8 +89,7 @@ def same_shape(got: dict[str, Any], ref: dict[str, Any]) -> None:
     ref_obj = got["data"]["relationships"].get("reference_object")
     if ref_obj is not None:
         ident = ref_obj["data"]
-        assert any(r["id"] == ident["id"] and r["type"] == ident["type"]
-                   for r in got["included"])
+        assert any(r["id"] == ident["id"] and r["type"] == ident["type"] for r in got["included"])
 
 
 def test_register_list_get_patch_delete(sb: SandboxProcess) -> None:
@@ -95,15 +101,29 @@ def test_register_list_get_patch_delete(sb: SandboxProcess) -> None:
     listed = c.get(f"{sb.base_url}/webhooks").json()
     assert hook["id"] in [h["id"] for h in listed["data"]]
     assert listed["meta"]["total"] == len(listed["data"])
-    r = c.patch(f"{sb.base_url}/webhooks/{hook['id']}",
-                json={"data": {"type": "webhook", "attributes": {"active": False}}})
+    r = c.patch(
+        f"{sb.base_url}/webhooks/{hook['id']}",
+        json={"data": {"type": "webhook", "attributes": {"active": False}}},
+    )
     assert r.status_code == 200 and r.json()["data"]["attributes"]["active"] is False
-    bad = c.post(f"{sb.base_url}/webhooks", json={"data": {"type": "webhook", "attributes": {
-        "url": "http://127.0.0.1:9/x", "events": ["no.such.event"]}}})
+    bad = c.post(
+        f"{sb.base_url}/webhooks",
+        json={
+            "data": {
+                "type": "webhook",
+                "attributes": {"url": "http://127.0.0.1:9/x", "events": ["no.such.event"]},
+            }
+        },
+    )
     assert bad.status_code == 422
     assert bad.json()["errors"][0]["source"]["pointer"] == "/data/attributes/events"
-    assert c.post(f"{sb.base_url}/webhooks", json={"data": {"type": "webhook", "attributes": {
-        "url": "not a url"}}}).status_code == 422
+    assert (
+        c.post(
+            f"{sb.base_url}/webhooks",
+            json={"data": {"type": "webhook", "attributes": {"url": "not a url"}}},
+        ).status_code
+        == 422
+    )
     assert c.delete(f"{sb.base_url}/webhooks/{hook['id']}").status_code == 200
     assert c.get(f"{sb.base_url}/webhooks/{hook['id']}").status_code == 404
     assert httpx.get(f"{sb.base_url}/webhooks").status_code == 401
@@ -122,32 +142,36 @@ def test_examples_and_trigger(sb: SandboxProcess, rx: WebhookReceiver) -> None:
         assert "examples?event=" in body["links"]["self"]
         same_shape(body, example(name))
     n0 = len(rx.requests)
-    res = c.post(f"{sb.base_url}/webhooks/trigger", json={
-        "url": rx.url("/trigger"), "event": "container.transport.full_out", "secret": "s3"})
+    res = c.post(
+        f"{sb.base_url}/webhooks/trigger",
+        json={"url": rx.url("/trigger"), "event": "container.transport.full_out", "secret": "s3"},
+    )
     assert res.status_code == 200
     out = res.json()
     assert out["succeeded"] is True and out["status_code"] == 200 and out["error"] is None
     got_req = rx.requests[n0]
     assert got_req.path == "/trigger"
     assert got_req.headers["User-Agent"] == "Terminal49 Webhook Bot"
-    assert got_req.headers["X-T49-Webhook-Signature"] == hmac.new(
-        b"s3", got_req.body, hashlib.sha256).hexdigest()
+    assert (
+        got_req.headers["X-T49-Webhook-Signature"]
+        == hmac.new(b"s3", got_req.body, hashlib.sha256).hexdigest()
+    )
     assert out["request_body"].encode() == got_req.body
     missing = c.post(f"{sb.base_url}/webhooks/trigger", json={"event": "container.updated"})
     assert missing.status_code == 422
     assert missing.json()["errors"][0]["detail"] == "url is required"
 
 
-def test_advance_emits_signed_retried_shaped(sb: SandboxProcess, rx: WebhookReceiver,
-                                             flaky: Flaky) -> None:
+def test_advance_emits_signed_retried_shaped(
+    sb: SandboxProcess, rx: WebhookReceiver, flaky: Flaky
+) -> None:
     hook = sb.register_webhook(rx.url("/flaky"))
     secret = hook["attributes"]["secret"].encode()
     before = {n["id"] for n in sb.deliveries()}
     sb.advance(hours=12)
     settled = sb.deliver_pending(timeout=20)
     assert settled["settled"] is True
-    notes = [n for n in sb.deliveries() if n["id"] not in before
-             and n["webhook_id"] == hook["id"]]
+    notes = [n for n in sb.deliveries() if n["id"] not in before and n["webhook_id"] == hook["id"]]
     assert len(notes) >= 5
     events = Counter(n["attributes"]["event"] for n in notes)
     assert any(e.startswith("container.transport.") for e in events)
@@ -165,8 +189,10 @@ def test_advance_emits_signed_retried_shaped(sb: SandboxProcess, rx: WebhookRece
             continue
         assert req.headers["Content-Type"] == "application/json"
         assert req.headers["User-Agent"] == "Terminal49 Webhook Bot"
-        assert req.headers["X-T49-Webhook-Signature"] == hmac.new(
-            secret, req.body, hashlib.sha256).hexdigest()
+        assert (
+            req.headers["X-T49-Webhook-Signature"]
+            == hmac.new(secret, req.body, hashlib.sha256).hexdigest()
+        )
         by_id.setdefault(json.loads(req.body)["data"]["id"], set()).add(req.body)
     assert all(len(by_id[i]) == 1 for i in ids)
     # Shapes like the captured examples; changesets and LFD values.
@@ -174,9 +200,15 @@ def test_advance_emits_signed_retried_shaped(sb: SandboxProcess, rx: WebhookRece
         body = json.loads(n["body"])
         ev = body["data"]["attributes"]["event"]
         assert body["data"]["attributes"]["delivery_status"] == "pending"
-        ref_name = ev if ev in CONTAINER_EXAMPLES else (
-            "container.pickup_lfd.changed" if ev.startswith("container.pickup_lfd")
-            else "container.transport.full_out")
+        ref_name = (
+            ev
+            if ev in CONTAINER_EXAMPLES
+            else (
+                "container.pickup_lfd.changed"
+                if ev.startswith("container.pickup_lfd")
+                else "container.transport.full_out"
+            )
+        )
         same_shape(body, example(ref_name))
         ref = body["data"]["relationships"]["reference_object"]["data"]
         obj = next(r for r in body["included"] if r["id"] == ref["id"])
@@ -189,20 +221,32 @@ def test_advance_emits_signed_retried_shaped(sb: SandboxProcess, rx: WebhookRece
             assert obj["type"] == "transport_event" and obj["attributes"]["event"] == ev
         if ev.startswith("container.pickup_lfd"):
             assert len(obj["attributes"]["value"]) == 10
-    listed = sb.client.get(f"{sb.base_url}/webhook_notifications",
-                           params={"page[size]": 100}).json()
+    listed = sb.client.get(
+        f"{sb.base_url}/webhook_notifications", params={"page[size]": 100}
+    ).json()
     assert listed["meta"]["total"] == len(sb.deliveries())
     assert {"attempts", "last_status_code"} <= set(listed["data"][0]["meta"])
     sb.delete_webhook(hook["id"])
 
 
 def test_failed_after_retries() -> None:
-    with WebhookReceiver(lambda p, h, b: 503) as rx, SandboxProcess(
-            containers=60, seed=5, clock=CLOCK, webhook_backoff=0.01, document_delay=0,
-            emails_per_day=0, extra_args=["--webhook-max-retries", "2"]) as sb:
+    with (
+        WebhookReceiver(lambda p, h, b: 503) as rx,
+        SandboxProcess(
+            containers=60,
+            seed=5,
+            clock=CLOCK,
+            webhook_backoff=0.01,
+            document_delay=0,
+            emails_per_day=0,
+            extra_args=["--webhook-max-retries", "2"],
+        ) as sb,
+    ):
         sb.register_webhook(rx.url(), events=["container.updated"])
-        body = sb.client.post(f"{sb.base_url}/webhooks/trigger", json={
-            "url": rx.url("/t"), "event": "container.updated"}).json()
+        body = sb.client.post(
+            f"{sb.base_url}/webhooks/trigger",
+            json={"url": rx.url("/t"), "event": "container.updated"},
+        ).json()
         assert body["succeeded"] is False and body["status_code"] == 503
         assert "X-T49-Webhook-Signature" not in body["request_headers"]
         sb.advance(hours=48)
@@ -214,10 +258,12 @@ def test_failed_after_retries() -> None:
         assert {n["meta"]["last_status_code"] for n in notes} == {503}
 
 
-def test_new_shipments_emit_tracking_request_and_eta(sb: SandboxProcess,
-                                                     rx: WebhookReceiver) -> None:
-    hook = sb.register_webhook(rx.url("/tr"), events=["tracking_request.succeeded",
-                                                      "shipment.estimated.arrival"])
+def test_new_shipments_emit_tracking_request_and_eta(
+    sb: SandboxProcess, rx: WebhookReceiver
+) -> None:
+    hook = sb.register_webhook(
+        rx.url("/tr"), events=["tracking_request.succeeded", "shipment.estimated.arrival"]
+    )
     out = sb.advance(hours=96)
     assert out["new_containers"] > 0
     assert sb.deliver_pending(timeout=20)["settled"]
@@ -258,12 +304,17 @@ def test_blast_fault_mix(sb: SandboxProcess) -> None:
     with WebhookReceiver(receive) as rx:
         hook = sb.register_webhook(rx.url("/blast"))
         secret.append(hook["attributes"]["secret"].encode())
-        rep = sb.blast(count=1000, duplicates=0.10, bad_signature=0.05, malformed=0.02,
-                       seed=7, webhook_id=hook["id"])
+        rep = sb.blast(
+            count=1000,
+            duplicates=0.10,
+            bad_signature=0.05,
+            malformed=0.02,
+            seed=7,
+            webhook_id=hook["id"],
+        )
         sb.delete_webhook(hook["id"])
     assert rep["count"] == 1000 and rep["deliveries"] == 1170
-    assert rep["by_kind"] == {"valid": 1000, "duplicate": 100, "bad_signature": 50,
-                              "malformed": 20}
+    assert rep["by_kind"] == {"valid": 1000, "duplicate": 100, "bad_signature": 50, "malformed": 20}
     assert len(set(rep["valid_ids"])) == 1000
     assert set(stored) == set(rep["valid_ids"])
     assert sum(dupes.values()) == len(rep["duplicate_ids"]) == 100

@@ -13,8 +13,9 @@ CLOCK = 1795176000  # 2026-11-20T12:00:00Z
 
 def _render_all(acct: Account) -> dict[str, bytes]:
     r = Renderer(acct)
-    return {acct.container_ids[i]: orjson.dumps(r.container(i))
-            for i in range(len(acct.container_ids))}
+    return {
+        acct.container_ids[i]: orjson.dumps(r.container(i)) for i in range(len(acct.container_ids))
+    }
 
 
 def test_generation_is_deterministic() -> None:
@@ -47,7 +48,7 @@ def test_advance_refreshes_exactly_the_changed_containers() -> None:
     after = _render_all(acct)
     really = {k for k in before if before[k] != after[k]}
     assert really and len(really) <= changed
-    front = set(acct.container_ids[i] for i in acct.order[:changed + new])
+    front = set(acct.container_ids[i] for i in acct.order[: changed + new])
     assert really <= front
     assert len(after) == len(before) + new
 

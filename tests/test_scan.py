@@ -68,8 +68,11 @@ class FakeList:
         pages = max(1, math.ceil(len(self.records) / size))
 
         def link(n: int) -> str:
-            return "http://api.test/v2" + path + "?" + urlencode(
-                {"page[number]": n, "page[size]": size}
+            return (
+                "http://api.test/v2"
+                + path
+                + "?"
+                + urlencode({"page[number]": n, "page[size]": size})
             )
 
         links: dict[str, Any] = {"self": link(number)}
@@ -142,11 +145,13 @@ def test_a_count_that_lies_does_not_truncate_the_scan(
 def test_a_list_that_never_ends_stops_when_pages_bring_nothing_new(
     loopback: Callable[[Handler], LoopbackServer],
 ) -> None:
-    page = orjson.dumps({
-        "data": [_container(n) for n in range(3)],
-        "links": {"next": "http://api.test/v2/containers?page%5Bnumber%5D=2"},
-        "meta": {"total": 1},
-    })
+    page = orjson.dumps(
+        {
+            "data": [_container(n) for n in range(3)],
+            "links": {"next": "http://api.test/v2/containers?page%5Bnumber%5D=2"},
+            "meta": {"total": 1},
+        }
+    )
     server = loopback(lambda path, query, headers: (200, {}, page))
     client = Terminal49Client(server.base_url, "k", rate_limit_per_minute=None)
     scan = ListScan(client, "containers", "/containers", None)
@@ -168,8 +173,10 @@ def test_filters_go_with_every_page_reconciliation_included(
             records.insert(0, records.pop(99))
 
     fake.after = refresh
-    filters = {"updated_at": [">=2026-11-23", "<=2026-11-30"],
-               "created_at": ">=2026-11-23T00:00:00Z"}
+    filters = {
+        "updated_at": [">=2026-11-23", "<=2026-11-30"],
+        "created_at": ">=2026-11-23T00:00:00Z",
+    }
     scan, ids, server = _scan(loopback, fake, filters=filters)
     assert set(ids) == {f"c{n}" for n in range(120)}
     assert scan.stats.reconcile_pages >= 1 and scan.stats.distinct == 120
@@ -224,7 +231,9 @@ def test_a_page_that_is_not_json_api_fails_at_once(
     loopback: Callable[[Handler], LoopbackServer],
 ) -> None:
     server = loopback(lambda path, query, headers: (200, {}, b'{"errors": []}'))
-    with Terminal49Client(server.base_url, "k", rate_limit_per_minute=None) as client, \
-            pytest.raises(MalformedBody, match="not a JSON:API document"):
+    with (
+        Terminal49Client(server.base_url, "k", rate_limit_per_minute=None) as client,
+        pytest.raises(MalformedBody, match="not a JSON:API document"),
+    ):
         list(ListScan(client, "containers", "/containers", None))
     assert len(server.requests) == 1

@@ -46,15 +46,17 @@ class _Levels:
                 return self.names.get(name)
             case ast.Attribute(value=value, attr="parent"):
                 return self._up(self.of(value), 1)
-            case ast.Subscript(value=ast.Attribute(value=value, attr="parents"),
-                               slice=ast.Constant(value=int(n))):
+            case ast.Subscript(
+                value=ast.Attribute(value=value, attr="parents"), slice=ast.Constant(value=int(n))
+            ):
                 return self._up(self.of(value), n + 1)
             case ast.BinOp(left=left, op=ast.Div(), right=ast.Constant(value=str(part))):
                 return self._down(self.of(left), part)
             case ast.Call(func=ast.Name(id=f), args=[arg]) if f in PATH_CALLS:
                 return self.of(arg)
             case ast.Call(func=ast.Attribute(value=value, attr=attr), args=[]) if (
-                    attr in SAME_LEVEL):
+                attr in SAME_LEVEL
+            ):
                 return self.of(value)
             case ast.Call(func=ast.Attribute(attr=attr), args=[arg]) if attr in SAME_LEVEL:
                 return self.of(arg)
@@ -87,8 +89,9 @@ def outward_references(source: str, depth: int) -> list[str]:
     is 2) names a place outside the repository, as ``line N: text``."""
     tree = ast.parse(source)
     levels = _Levels(depth)
-    assigns = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)),
-                     key=lambda n: n.lineno)
+    assigns = sorted(
+        (n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno
+    )
     for assign in assigns:
         level = levels.of(assign.value)
         for target in assign.targets:
@@ -98,10 +101,14 @@ def outward_references(source: str, depth: int) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if match := OUTWARD.search(node.value):
-                text = node.value[max(0, match.start() - 20):match.end() + 40]
+                text = node.value[max(0, match.start() - 20) : match.end() + 40]
                 found.setdefault(node.lineno, repr(text))
-        elif (isinstance(node, ast.expr) and not isinstance(node, ast.Name)
-              and (level := levels.of(node)) is not None and level < 0):
+        elif (
+            isinstance(node, ast.expr)
+            and not isinstance(node, ast.Name)
+            and (level := levels.of(node)) is not None
+            and level < 0
+        ):
             found.setdefault(node.lineno, ast.unparse(node))
     return [f"line {n}: {text}" for n, text in sorted(found.items())]
 
@@ -111,25 +118,31 @@ def up(text: str) -> str:
     return text.replace("UP", os.pardir)
 
 
-@pytest.mark.parametrize("source", [
-    'REF = Path(__file__).parents[2] / "beside" / "reference"',
-    'REF = Path(__file__).resolve().parent.parent.parent / "beside"',
-    'REPO = Path(__file__).resolve().parents[1]\nX = REPO.parent / "beside/x.json"',
-    'REPO = Path(__file__).resolve().parents[1]\nX = REPO / "tests/UP/UP/beside"',
-    'X = os.path.join(os.path.dirname(__file__), "UP", "UP", "beside")',
-    'X = open("UP/beside/x.json")',
-    'X = "sha" "red/reference/terminal49/openapi.json"',
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        'REF = Path(__file__).parents[2] / "beside" / "reference"',
+        'REF = Path(__file__).resolve().parent.parent.parent / "beside"',
+        'REPO = Path(__file__).resolve().parents[1]\nX = REPO.parent / "beside/x.json"',
+        'REPO = Path(__file__).resolve().parents[1]\nX = REPO / "tests/UP/UP/beside"',
+        'X = os.path.join(os.path.dirname(__file__), "UP", "UP", "beside")',
+        'X = open("UP/beside/x.json")',
+        'X = "sha" "red/reference/terminal49/openapi.json"',
+    ],
+)
 def test_the_static_check_finds_a_climb_out(source: str) -> None:
     assert outward_references(up(source), depth=2)
 
 
-@pytest.mark.parametrize("source", [
-    'REPO = Path(__file__).resolve().parents[1]\nX = REPO / "tests/fixtures" / "a.json"',
-    'X = Path(__file__).parent.parent / "README.md"',
-    'X = db.parent / "t.txt"',
-    '"""The shared server: these run last."""',
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        'REPO = Path(__file__).resolve().parents[1]\nX = REPO / "tests/fixtures" / "a.json"',
+        'X = Path(__file__).parent.parent / "README.md"',
+        'X = db.parent / "t.txt"',
+        '"""The shared server: these run last."""',
+    ],
+)
 def test_the_static_check_leaves_paths_inside_alone(source: str) -> None:
     assert outward_references(up(source), depth=2) == []
 
@@ -137,7 +150,8 @@ def test_the_static_check_leaves_paths_inside_alone(source: str) -> None:
 def test_tests_and_benchmarks_stay_inside_the_repository() -> None:
     assert len(SOURCES) > 20
     found = {
-        str(p.relative_to(REPO)): refs for p in SOURCES
+        str(p.relative_to(REPO)): refs
+        for p in SOURCES
         if (refs := outward_references(p.read_text(), len(p.relative_to(REPO).parts)))
     }
     assert found == {}
@@ -150,8 +164,7 @@ def test_fixtures_are_files_of_the_repository() -> None:
     assert [p for p in files if p.is_symlink()] == []
 
 
-def test_a_read_beside_the_repository_fails_the_test_and_names_the_file(
-        tmp_path: Path) -> None:
+def test_a_read_beside_the_repository_fails_the_test_and_names_the_file(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     (repo / "tests").mkdir(parents=True)
     (repo / "pytest.ini").write_text("[pytest]\n")
@@ -173,9 +186,20 @@ def test_a_read_beside_the_repository_fails_the_test_and_names_the_file(
         "    assert len(list((HERE.parent / 'beside').glob('l*.json'))) == 1\n"
     )
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         f"--basetemp={tmp_path / 'inner-tmp'}", "tests"],
-        cwd=repo, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--basetemp={tmp_path / 'inner-tmp'}",
+            "tests",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     out = res.stdout + res.stderr
     assert res.returncode == 1, out

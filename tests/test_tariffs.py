@@ -18,15 +18,20 @@ def test_default_file_loads() -> None:
     assert t.height >= 10 and set(t["charge"]) == {"demurrage", "detention"}
 
 
-@pytest.mark.parametrize(("line", "column"), [
-    ("demurrage,,,dry,x,working,1-5:220;6+:280,USD,s,2021-01-01", "free_days"),
-    ("demurrage,,,dry,4,working,2-5:220;6+:280,USD,s,2021-01-01", "tiers"),
-    ("demurrage,,,dry,4,weekly,1-5:220;6+:280,USD,s,2021-01-01", "free_basis"),
-    ("demurrage,,,dry,4,working,1-5:220;6+:280,USD,s,2021-13-01", "as_of"),
-])
+@pytest.mark.parametrize(
+    ("line", "column"),
+    [
+        ("demurrage,,,dry,x,working,1-5:220;6+:280,USD,s,2021-01-01", "free_days"),
+        ("demurrage,,,dry,4,working,2-5:220;6+:280,USD,s,2021-01-01", "tiers"),
+        ("demurrage,,,dry,4,weekly,1-5:220;6+:280,USD,s,2021-01-01", "free_basis"),
+        ("demurrage,,,dry,4,working,1-5:220;6+:280,USD,s,2021-13-01", "as_of"),
+    ],
+)
 def test_bad_csv_names_line_and_column(tmp_path: Path, line: str, column: str) -> None:
     p = tmp_path / "t.csv"
-    p.write_text(f"{HEADER}\ndemurrage,,USLAX,dry,4,working,1-5:220;6+:280,USD,s,2021-01-01\n{line}\n")
+    p.write_text(
+        f"{HEADER}\ndemurrage,,USLAX,dry,4,working,1-5:220;6+:280,USD,s,2021-01-01\n{line}\n"
+    )
     with pytest.raises(TariffError, match=rf"t.csv:3: column {column}:"):
         load_tariffs(p)
 

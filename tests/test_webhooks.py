@@ -168,10 +168,18 @@ def test_an_inbox_path_that_is_no_inbox_is_one_clear_line(tmp_path: Path) -> Non
         Inbox(not_sqlite)
     assert not_sqlite.read_text() == "not an inbox"  # left as it was
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TERMINAL49_", "FREETIME_"))}
-    for args in (["apply", "--inbox", str(tmp_path)],
-                 ["serve", "--inbox", str(not_sqlite), "--secret", "s", "--port", "0"]):
-        proc = subprocess.run(["freetime", "webhooks", *args], capture_output=True, text=True,
-                              env=env, timeout=60, check=False)
+    for args in (
+        ["apply", "--inbox", str(tmp_path)],
+        ["serve", "--inbox", str(not_sqlite), "--secret", "s", "--port", "0"],
+    ):
+        proc = subprocess.run(
+            ["freetime", "webhooks", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert proc.stderr.startswith("error: ") and "inbox" in proc.stderr
 

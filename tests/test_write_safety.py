@@ -45,7 +45,11 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]
     full_env.update(env or {})
     return subprocess.Popen(
         [sys.executable, "-m", "freetime_cli.main", *args],
-        cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -210,16 +214,24 @@ def test_webhook_apply_racing_a_load_never_writes_older_data_over_newer(tmp_path
             got = dict(
                 con.execute("SELECT id, available_for_pickup FROM terminal49.containers").fetchall()
             )
-        wrong = [c["id"] for c in truth["containers"]
-                 if got[c["id"]] != c["attributes"].get("available_for_pickup")]
+        wrong = [
+            c["id"]
+            for c in truth["containers"]
+            if got[c["id"]] != c["attributes"].get("available_for_pickup")
+        ]
         assert wrong == [], f"{len(wrong)} containers hold the older notification's value"
         assert "200 older records skipped" in results[1][0] + results[1][1], results[1]
 
 
 @pytest.mark.parametrize("value", ["soon", "-1"])
 def test_a_bad_writer_wait_is_one_line(tmp_path: Path, value: str) -> None:
-    proc = _cli("load", "--sandbox", "--duckdb", str(tmp_path / "w.duckdb"),
-                env={"FREETIME_WRITER_WAIT": value})
+    proc = _cli(
+        "load",
+        "--sandbox",
+        "--duckdb",
+        str(tmp_path / "w.duckdb"),
+        env={"FREETIME_WRITER_WAIT": value},
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "Traceback" not in err
     assert err.startswith("error: ") and "WAIT" in err.upper()
@@ -236,8 +248,11 @@ def test_a_large_apply_prints_its_summary_and_no_traceback(tmp_path: Path) -> No
         with Inbox(inbox) as box:
             for n in range(6788):
                 at = (start + dt.timedelta(seconds=n)).isoformat()
-                box.add(parse_notification(
-                    _older_notification(f"big-{n}", containers[n % len(containers)], at)))
+                box.add(
+                    parse_notification(
+                        _older_notification(f"big-{n}", containers[n % len(containers)], at)
+                    )
+                )
         proc = _cli("webhooks", "apply", "--duckdb", str(db), "--inbox", str(inbox))
         out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-2000:]

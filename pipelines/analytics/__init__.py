@@ -10,6 +10,15 @@ from pipelines.analytics.risk import AT_RISK_LEVELS, LEVELS, WarehouseFrames, co
 from pipelines.analytics.tariffs import TariffError, load_tariffs
 
 __all__ = [
-    "AT_RISK_LEVELS", "LEVELS", "RiskSummary", "TariffError", "WarehouseFrames", "at_risk",
-    "compute_risk", "load_tariffs", "publish_risk", "read_warehouse", "risk_changes",
+    "AT_RISK_LEVELS",
+    "LEVELS",
+    "RiskSummary",
+    "TariffError",
+    "WarehouseFrames",
+    "at_risk",
+    "compute_risk",
+    "load_tariffs",
+    "publish_risk",
+    "read_warehouse",
+    "risk_changes",
 ]

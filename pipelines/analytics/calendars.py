@@ -65,11 +65,7 @@ def us_federal_holidays(year: int) -> list[date]:
     The observed date can cross a year boundary (New Year's Day on a Saturday is observed on
     31 December of the year before), so neighbouring years are computed and filtered.
     """
-    out = {
-        _observed(d)
-        for y in (year - 1, year, year + 1)
-        for d in _actual_holidays(y)
-    }
+    out = {_observed(d) for y in (year - 1, year, year + 1) for d in _actual_holidays(y)}
     return sorted(d for d in out if d.year == year)
 
 
@@ -93,8 +89,9 @@ class WorkingCalendar:
         # polars counts the days in [a, b) when a <= b, and minus those in (b, a] when b < a:
         # (start, end] is [start + 1, end + 1); minus (end, start] is (end, start] as it is
         forward = (end >= start).cast(pl.Int32)
-        return pl.business_day_count(_add_days(start, forward), _add_days(end, forward),
-                                     holidays=self.holidays)
+        return pl.business_day_count(
+            _add_days(start, forward), _add_days(end, forward), holidays=self.holidays
+        )
 
     def add_working_days(self, day: pl.Expr, n: pl.Expr | int) -> pl.Expr:
         """The ``n``-th working day after ``day`` (``day`` itself need not be a working day; with

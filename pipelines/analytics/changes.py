@@ -21,36 +21,47 @@ def risk_changes(previous: pl.DataFrame | None, current: pl.DataFrame) -> dict[s
     """
     cur = current
     if previous is None or previous.height == 0:
-        prev = pl.DataFrame(schema={
-            "container_id": pl.String, "risk_level": pl.String, "ready_for_pickup": pl.Boolean,
-            **{c: pl.Date for c in ("lfd_date", "lfd_line", "lfd_terminal", "lfd_rail")},
-        })
+        prev = pl.DataFrame(
+            schema={
+                "container_id": pl.String,
+                "risk_level": pl.String,
+                "ready_for_pickup": pl.Boolean,
+                **{c: pl.Date for c in ("lfd_date", "lfd_line", "lfd_terminal", "lfd_rail")},
+            }
+        )
     else:
         prev = previous
     p = prev.select(
         "container_id",
         pl.col("risk_level").alias("_old_level"),
         pl.col("ready_for_pickup").alias("_old_ready"),
-        *[pl.col(c).alias(f"_old_{c}") for c in ("lfd_date", "lfd_line", "lfd_terminal",
-                                                  "lfd_rail")],
+        *[
+            pl.col(c).alias(f"_old_{c}")
+            for c in ("lfd_date", "lfd_line", "lfd_terminal", "lfd_rail")
+        ],
     )
     j = cur.join(p, on="container_id", how="left")
     overdue = j.filter(
         (pl.col("risk_level") == "overdue") & pl.col("_old_level").ne_missing("overdue")
     ).select(*_KEY, "lfd_date", "days_to_lfd", "risk_reason")
-    ready = j.filter(
-        pl.col("ready_for_pickup") & ~pl.col("_old_ready").fill_null(False)
-    ).select(*_KEY, "lfd_date", "days_to_lfd", "risk_reason")
-    moved = pl.concat([
-        j.filter(
-            pl.col(c).is_not_null() & pl.col(f"_old_{c}").is_not_null()
-            & (pl.col(c) != pl.col(f"_old_{c}"))
-        ).select(
-            *_KEY, pl.lit(c.removeprefix("lfd_") if c != "lfd_date" else "binding").alias("source"),
-            pl.col(f"_old_{c}").alias("old"), pl.col(c).alias("new"),
-        )
-        for c in ("lfd_date", "lfd_line", "lfd_terminal", "lfd_rail")
-    ]).sort("container_number", "source")
+    ready = j.filter(pl.col("ready_for_pickup") & ~pl.col("_old_ready").fill_null(False)).select(
+        *_KEY, "lfd_date", "days_to_lfd", "risk_reason"
+    )
+    moved = pl.concat(
+        [
+            j.filter(
+                pl.col(c).is_not_null()
+                & pl.col(f"_old_{c}").is_not_null()
+                & (pl.col(c) != pl.col(f"_old_{c}"))
+            ).select(
+                *_KEY,
+                pl.lit(c.removeprefix("lfd_") if c != "lfd_date" else "binding").alias("source"),
+                pl.col(f"_old_{c}").alias("old"),
+                pl.col(c).alias("new"),
+            )
+            for c in ("lfd_date", "lfd_line", "lfd_terminal", "lfd_rail")
+        ]
+    ).sort("container_number", "source")
 
     def records(df: pl.DataFrame) -> list[dict[str, Any]]:
         return [
@@ -63,7 +74,8 @@ def risk_changes(previous: pl.DataFrame | None, current: pl.DataFrame) -> dict[s
         "newly_ready": records(ready.sort("container_number")),
         "lfd_moved": records(moved),
         "counts": {
-            "newly_overdue": overdue.height, "newly_ready": ready.height,
+            "newly_overdue": overdue.height,
+            "newly_ready": ready.height,
             "lfd_moved": moved.height,
         },
     }

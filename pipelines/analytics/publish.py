@@ -34,7 +34,8 @@ from pipelines.history import record_binding
 from pipelines.warehouse import WarehouseError, WarehouseMissing, reading, writing
 
 URGENCY_ORDER = (
-    "ORDER BY CASE risk_level " + " ".join(f"WHEN '{lv}' THEN {i}" for i, lv in enumerate(LEVELS))
+    "ORDER BY CASE risk_level "
+    + " ".join(f"WHEN '{lv}' THEN {i}" for i, lv in enumerate(LEVELS))
     + " END, days_to_lfd NULLS LAST, ready_for_pickup DESC, projected_demurrage DESC NULLS LAST,"
     " container_number"
 )
@@ -63,7 +64,8 @@ def _types(con: duckdb.DuckDBPyConnection, schema: str) -> dict[str, dict[str, s
     """``{table: {column: DuckDB type}}`` of ``schema``."""
     rows = con.execute(
         "SELECT table_name, column_name, data_type FROM information_schema.columns "
-        "WHERE table_schema = ?", [schema],
+        "WHERE table_schema = ?",
+        [schema],
     ).fetchall()
     out: dict[str, dict[str, str]] = {}
     for t, c, typ in rows:
@@ -97,8 +99,16 @@ def _check_types(table: str, types: dict[str, str]) -> None:
         elif dtype == pl.Boolean:
             ok, want = typ == "BOOLEAN", "BOOLEAN"
         elif dtype in (pl.Int64, pl.Float64):
-            ok = typ in ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "HUGEINT", "DOUBLE",
-                         "FLOAT", "REAL") or typ.startswith("DECIMAL")
+            ok = typ in (
+                "BIGINT",
+                "INTEGER",
+                "SMALLINT",
+                "TINYINT",
+                "HUGEINT",
+                "DOUBLE",
+                "FLOAT",
+                "REAL",
+            ) or typ.startswith("DECIMAL")
             want = "a number"
         else:
             ok, want = True, ""
@@ -107,7 +117,8 @@ def _check_types(table: str, types: dict[str, str]) -> None:
     if problems:
         raise WarehouseIncompatible(
             f"{T}.{table} cannot be read for risk: {'; '.join(problems)} "
-            "(reload it with `freetime load`)")
+            "(reload it with `freetime load`)"
+        )
 
 
 def read_warehouse(con: duckdb.DuckDBPyConnection) -> WarehouseFrames:
@@ -167,8 +178,11 @@ def lfd_calendar_sql(source: str, first_day: str | None = None, days: int = CALE
     ``first_day`` is a SQL date expression; by default the earliest ``today_local`` of the
     rows (the UTC date of ``as_of`` when no row has one). The SQL of ``analytics.lfd_calendar``.
     """
-    base = (f"SELECT {first_day} AS d0" if first_day else
-            f"SELECT coalesce(min(today_local), min(CAST(as_of AS DATE))) AS d0 FROM {source}")
+    base = (
+        f"SELECT {first_day} AS d0"
+        if first_day
+        else f"SELECT coalesce(min(today_local), min(CAST(as_of AS DATE))) AS d0 FROM {source}"
+    )
     return f"""
         WITH base AS ({base}),
         days AS (SELECT CAST(d0 + CAST(i AS INTEGER) AS DATE) AS lfd_date
@@ -213,19 +227,22 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
     have = {t: set(cols) for t, cols in types.items()}
 
     def c(alias: str, table: str, name: str, typ: str = "VARCHAR") -> str:
-        return f"{alias}.\"{name}\"" if name in have.get(table, set()) else f"NULL::{typ}"
+        return f'{alias}."{name}"' if name in have.get(table, set()) else f"NULL::{typ}"
 
     def src(table: str, cols: dict[str, str]) -> str:
         if table in have:
-            return f"{T}.\"{table}\""
-        sel = ", ".join(f"NULL::{t} AS \"{n}\"" for n, t in cols.items())
+            return f'{T}."{table}"'
+        sel = ", ".join(f'NULL::{t} AS "{n}"' for n, t in cols.items())
         return f"(SELECT {sel} WHERE false)"
 
     ts = "TIMESTAMPTZ"
-    pod_tz = (f"coalesce({c('c', 'containers', 'pod_timezone')}, "
-              f"{c('s', 'shipments', 'pod_timezone')})")
-    ind_tz = (f"coalesce({c('c', 'containers', 'final_destination_timezone')}, "
-              f"{c('s', 'shipments', 'destination_timezone')})")
+    pod_tz = (
+        f"coalesce({c('c', 'containers', 'pod_timezone')}, {c('s', 'shipments', 'pod_timezone')})"
+    )
+    ind_tz = (
+        f"coalesce({c('c', 'containers', 'final_destination_timezone')}, "
+        f"{c('s', 'shipments', 'destination_timezone')})"
+    )
     pol_tz = c("s", "shipments", "pol_timezone")
     empty_tz = c("c", "containers", "empty_terminated_timezone")
     cols: list[str] = []
@@ -255,9 +272,11 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
     text("customer_name", sc("customer_name"))
     text("shipping_line_scac", sc("shipping_line_scac"))
     text("shipping_line_name", sc("shipping_line_name"))
-    for pre, port, loc, tz in (("pol", "pol", "port_of_lading_locode", pol_tz),
-                               ("pod", "pod", "port_of_discharge_locode", pod_tz),
-                               ("ind", "ind", "destination_locode", ind_tz)):
+    for pre, port, loc, tz in (
+        ("pol", "pol", "port_of_lading_locode", pol_tz),
+        ("pod", "pod", "port_of_discharge_locode", pod_tz),
+        ("ind", "ind", "destination_locode", ind_tz),
+    ):
         text(f"{pre}_country_code", c(port, "ports", "country_code"))
         text(f"{pre}_locode", sc(loc))
         text(f"{pre}_city", c(port, "ports", "city"))
@@ -276,6 +295,7 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
     at("pod_arrived_at", cc("pod_arrived_at", ts), pod_tz)
     at("pod_berthed_at", "NULL::TIMESTAMPTZ", pod_tz)
     at("pod_discharged_at", cc("pod_discharged_at", ts), pod_tz)
+
     def stored_lfd(names: tuple[str, ...], tz: str) -> str:
         """The first non-NULL of LFD columns ``names``: as stored when they share a type, else
         each as its local date (an instant converted in ``tz``)."""
@@ -285,9 +305,16 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
             return "NULL::DATE"
         if len(kinds) == 1:
             return f"coalesce({', '.join(cc(n) for n in present)})"
-        return "coalesce(" + ", ".join(
-            cc(n) if types["containers"][n] == "DATE" else f"CAST(timezone({tz}, {cc(n)}) AS DATE)"
-            for n in present) + ")"
+        return (
+            "coalesce("
+            + ", ".join(
+                cc(n)
+                if types["containers"][n] == "DATE"
+                else f"CAST(timezone({tz}, {cc(n)}) AS DATE)"
+                for n in present
+            )
+            + ")"
+        )
 
     lfd("pod_last_free_day_on", stored_lfd(("pickup_lfd_terminal",), pod_tz), "r.lfd_terminal")
     lfd("ssl_last_free_day_on", stored_lfd(("pickup_lfd_line", "ssl_lfd"), pod_tz), "r.lfd_line")
@@ -300,8 +327,11 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
     at("ind_eta_at", cc("ind_eta_at", ts), ind_tz)
     at("ind_arrived_at", cc("ind_ata_at", ts), ind_tz)
     at("ind_rail_unloaded_at", cc("ind_rail_unloaded_at", ts), ind_tz)
-    lfd("ind_last_free_day_on", stored_lfd(("pickup_lfd_rail", "ind_facility_lfd_on"), ind_tz),
-        "r.lfd_rail")
+    lfd(
+        "ind_last_free_day_on",
+        stored_lfd(("pickup_lfd_rail", "ind_facility_lfd_on"), ind_tz),
+        "r.lfd_rail",
+    )
     at("ind_full_out_at", cc("final_destination_full_out_at", ts), ind_tz)
     at("empty_terminated_at", cc("empty_terminated_at", ts), f"coalesce({empty_tz}, {pod_tz})")
     text("fees_at_pod_terminal", "f.fees_json")
@@ -315,8 +345,11 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
     text("equipment_length", f"CAST({cc('equipment_length', 'BIGINT')} AS INTEGER)")
     text("equipment_type", cc("equipment_type"))
     text("equipment_height", cc("equipment_height"))
-    text("equipment", f"concat_ws(' ', CAST({cc('equipment_length', 'BIGINT')} AS VARCHAR) "
-                      f"|| '''', {cc('equipment_height')}, {cc('equipment_type')})")
+    text(
+        "equipment",
+        f"concat_ws(' ', CAST({cc('equipment_length', 'BIGINT')} AS VARCHAR) "
+        f"|| '''', {cc('equipment_height')}, {cc('equipment_type')})",
+    )
     text("weight_in_lbs", f"CAST(round({cc('weight_in_lbs', 'DOUBLE')}) AS INTEGER)")
     text("seal_number", cc("seal_number"))
     text("pod_full_out_chassis_number", cc("pod_full_out_chassis_number"))
@@ -329,10 +362,24 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
     text("line_tracking_stopped_reason", sc("line_tracking_stopped_reason"))
     text("created_at", cc("created_at", ts))
     text("updated_at", cc("fetched_at", ts))
-    holds_src = src("container_holds", {"container_id": "VARCHAR", "name": "VARCHAR",
-                                        "status": "VARCHAR", "description": "VARCHAR"})
-    fees_src = src("container_fees", {"container_id": "VARCHAR", "type": "VARCHAR",
-                                      "amount": "DOUBLE", "currency_code": "VARCHAR"})
+    holds_src = src(
+        "container_holds",
+        {
+            "container_id": "VARCHAR",
+            "name": "VARCHAR",
+            "status": "VARCHAR",
+            "description": "VARCHAR",
+        },
+    )
+    fees_src = src(
+        "container_fees",
+        {
+            "container_id": "VARCHAR",
+            "type": "VARCHAR",
+            "amount": "DOUBLE",
+            "currency_code": "VARCHAR",
+        },
+    )
     desc = c("x", "container_holds", "description")
     cur = c("x", "container_fees", "currency_code")
     named = "('freight', 'customs', 'usda', 'tmf')"
@@ -379,7 +426,7 @@ def publish_risk(
     """
     started = time.perf_counter()
     tariffs = load_tariffs(tariffs_path)
-    as_of = (as_of or datetime.now(UTC))
+    as_of = as_of or datetime.now(UTC)
     as_of = (as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)).astimezone(UTC)
     path = resolve_duckdb_path(duckdb_path)
     if not path.exists():
@@ -388,7 +435,8 @@ def publish_risk(
         tables = _columns(con, T)
         if "containers" not in tables:
             raise WarehouseMissing(
-                f"the warehouse {path} has no {T}.containers table: run `freetime load` first")
+                f"the warehouse {path} has no {T}.containers table: run `freetime load` first"
+            )
         try:
             df = compute_risk(read_warehouse(con), as_of, tariffs).collect(engine="in-memory")
         except pl.exceptions.PolarsError as exc:  # data read_warehouse's checks cannot see
@@ -399,8 +447,10 @@ def publish_risk(
         try:
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {A}")
             if "demurrage_risk" in _columns(con, A):
-                con.execute(f"CREATE OR REPLACE TABLE {A}.demurrage_risk_previous AS "
-                            f"SELECT * FROM {A}.demurrage_risk")
+                con.execute(
+                    f"CREATE OR REPLACE TABLE {A}.demurrage_risk_previous AS "
+                    f"SELECT * FROM {A}.demurrage_risk"
+                )
             con.execute(f"CREATE OR REPLACE TABLE {A}.demurrage_risk AS SELECT * FROM _risk_new")
             for sql in _sql_views(con):
                 con.execute(sql)
@@ -415,7 +465,9 @@ def publish_risk(
     active = df.filter(pl.col("risk_level") != "done")
     counts = dict(df.group_by("risk_level").len().iter_rows())
     return RiskSummary(
-        duckdb_path=str(path), as_of=as_of, rows=df.height,
+        duckdb_path=str(path),
+        as_of=as_of,
+        rows=df.height,
         seconds=round(time.perf_counter() - started, 3),
         levels={lv: int(counts.get(lv, 0)) for lv in LEVELS},
         accrued_demurrage=float(active["accrued_demurrage"].sum() or 0.0),

@@ -55,33 +55,64 @@ _S, _B, _I, _F, _D = pl.String, pl.Boolean, pl.Int64, pl.Float64, pl.Date
 LFD_COLUMNS = ("pickup_lfd_terminal", "pickup_lfd_rail", "pickup_lfd_line", "ind_facility_lfd_on")
 #: The POD deadline columns (``import_deadlines.pod``; absent in older warehouses).
 POD_COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
-    "has_pod_deadlines": _B, "pod_lfd_unified": _D, "pod_lfd_unified_selection": _S,
-    "pod_lfd_line_current": _D, "pod_lfd_facility_current": _D,
+    "has_pod_deadlines": _B,
+    "pod_lfd_unified": _D,
+    "pod_lfd_unified_selection": _S,
+    "pod_lfd_line_current": _D,
+    "pod_lfd_facility_current": _D,
 }
 
 #: Columns read from each warehouse table, with the dtype compute_risk works on. Missing columns
 #: (dlt drops all-NULL columns) are added as typed NULLs.
 SCHEMAS: dict[str, dict[str, pl.DataType | type[pl.DataType]]] = {
     "containers": {
-        "id": _S, "number": _S, "shipment_id": _S, "pod_terminal_id": _S, "equipment_type": _S,
-        "equipment_length": _I, "current_status": _S, "pod_timezone": _S,
-        "final_destination_timezone": _S, "empty_terminated_timezone": _S,
-        "pod_rail_carrier_scac": _S, "available_for_pickup": _B, "availability_known": _B,
-        "holds_at_pod_terminal_known": _B, "fees_at_pod_terminal_known": _B,
+        "id": _S,
+        "number": _S,
+        "shipment_id": _S,
+        "pod_terminal_id": _S,
+        "equipment_type": _S,
+        "equipment_length": _I,
+        "current_status": _S,
+        "pod_timezone": _S,
+        "final_destination_timezone": _S,
+        "empty_terminated_timezone": _S,
+        "pod_rail_carrier_scac": _S,
+        "available_for_pickup": _B,
+        "availability_known": _B,
+        "holds_at_pod_terminal_known": _B,
+        "fees_at_pod_terminal_known": _B,
         **POD_COLUMNS,
-        **{c: TS for c in (
-            *LFD_COLUMNS, "pickup_appointment_at", "pod_discharged_at", "pod_full_out_at",
-            "final_destination_full_out_at", "empty_terminated_at", "terminal_checked_at",
-            "pod_rail_loaded_at", "pod_rail_departed_at", "ind_eta_at", "ind_ata_at",
-            "ind_rail_unloaded_at",
-        )},
+        **{
+            c: TS
+            for c in (
+                *LFD_COLUMNS,
+                "pickup_appointment_at",
+                "pod_discharged_at",
+                "pod_full_out_at",
+                "final_destination_full_out_at",
+                "empty_terminated_at",
+                "terminal_checked_at",
+                "pod_rail_loaded_at",
+                "pod_rail_departed_at",
+                "ind_eta_at",
+                "ind_ata_at",
+                "ind_rail_unloaded_at",
+            )
+        },
     },
     "shipments": {
-        "id": _S, "bill_of_lading_number": _S, "shipping_line_scac": _S,
-        "port_of_discharge_locode": _S, "destination_locode": _S, "customer_name": _S,
-        "pod_timezone": _S, "destination_timezone": _S,
-        **{c: TS for c in (
-            "pod_eta_at", "pod_ata_at", "pod_original_eta_at", "line_tracking_stopped_at")},
+        "id": _S,
+        "bill_of_lading_number": _S,
+        "shipping_line_scac": _S,
+        "port_of_discharge_locode": _S,
+        "destination_locode": _S,
+        "customer_name": _S,
+        "pod_timezone": _S,
+        "destination_timezone": _S,
+        **{
+            c: TS
+            for c in ("pod_eta_at", "pod_ata_at", "pod_original_eta_at", "line_tracking_stopped_at")
+        },
     },
     "container_holds": {"container_id": _S, "name": _S, "status": _S},
     "container_fees": {"container_id": _S, "type": _S, "amount": _F, "currency_code": _S},
@@ -90,21 +121,58 @@ SCHEMAS: dict[str, dict[str, pl.DataType | type[pl.DataType]]] = {
 }
 
 OUTPUT_COLUMNS = [
-    "as_of", "container_id", "container_number", "shipment_id", "bill_of_lading_number",
-    "shipping_line_scac", "port_of_discharge_locode", "destination_locode", "pod_terminal_name",
-    "pod_terminal_firms_code", "current_status", "customer_name", "equipment_type",
-    "equipment_length", "is_inland",
-    "risk_level", "risk_reason",
-    "lfd_date", "lfd_source", "lfd_line", "lfd_terminal", "lfd_rail", "lfd_pod",
+    "as_of",
+    "container_id",
+    "container_number",
+    "shipment_id",
+    "bill_of_lading_number",
+    "shipping_line_scac",
+    "port_of_discharge_locode",
+    "destination_locode",
+    "pod_terminal_name",
+    "pod_terminal_firms_code",
+    "current_status",
+    "customer_name",
+    "equipment_type",
+    "equipment_length",
+    "is_inland",
+    "risk_level",
+    "risk_reason",
+    "lfd_date",
+    "lfd_source",
+    "lfd_line",
+    "lfd_terminal",
+    "lfd_rail",
+    "lfd_pod",
     "lfd_disagreement_days",
-    "lfd_estimated", "today_local", "days_to_lfd", "working_days_to_lfd",
-    "ready_for_pickup", "blocking_holds", "pending_holds", "available_for_pickup",
-    "availability_known", "pickup_appointment_at", "projected_pickup_date",
-    "fees_reported", "demurrage_fee_reported",
-    "costed", "uncosted_reason", "currency", "accrued_demurrage", "projected_demurrage",
+    "lfd_estimated",
+    "today_local",
+    "days_to_lfd",
+    "working_days_to_lfd",
+    "ready_for_pickup",
+    "blocking_holds",
+    "pending_holds",
+    "available_for_pickup",
+    "availability_known",
+    "pickup_appointment_at",
+    "projected_pickup_date",
+    "fees_reported",
+    "demurrage_fee_reported",
+    "costed",
+    "uncosted_reason",
+    "currency",
+    "accrued_demurrage",
+    "projected_demurrage",
     "demurrage_tariff_line",
-    "full_out_at", "days_out", "detention_lfd", "projected_detention", "detention_tariff_line",
-    "dwell_days", "eta_slip_days", "stale", "terminal_checked_at",
+    "full_out_at",
+    "days_out",
+    "detention_lfd",
+    "projected_detention",
+    "detention_tariff_line",
+    "dwell_days",
+    "eta_slip_days",
+    "stale",
+    "terminal_checked_at",
 ]
 
 
@@ -183,13 +251,17 @@ def _shipments(fr: WarehouseFrames) -> pl.LazyFrame:
     """The shipment columns the rules read, one row per ``shipment_id`` (its first)."""
     col = pl.col
     return fr.shipments.filter(col("id").is_first_distinct()).select(
-        col("id").alias("shipment_id"), "bill_of_lading_number",
+        col("id").alias("shipment_id"),
+        "bill_of_lading_number",
         col("shipping_line_scac").str.to_uppercase(),
-        "port_of_discharge_locode", "destination_locode", "customer_name",
+        "port_of_discharge_locode",
+        "destination_locode",
+        "customer_name",
         col("pod_timezone").alias("_shipment_pod_zone"),
         col("destination_timezone").alias("_shipment_dest_zone"),
         eta_slip_days=_days_of(
-            pl.coalesce("pod_ata_at", "pod_eta_at") - col("pod_original_eta_at")),
+            pl.coalesce("pod_ata_at", "pod_eta_at") - col("pod_original_eta_at")
+        ),
         _line_tracking_stopped=col("line_tracking_stopped_at").is_not_null(),
     )
 
@@ -198,38 +270,61 @@ def _joined(fr: WarehouseFrames, shipments: pl.LazyFrame) -> pl.LazyFrame:
     """Each container with its shipment (a :func:`_shipments` frame), POD terminal, holds and
     fees (joins on ids)."""
     col = pl.col
-    terminals = fr.terminals.select(
-        col("id").alias("pod_terminal_id"), col("name").alias("pod_terminal_name"),
-        col("firms_code").alias("pod_terminal_firms_code"),
-        _at_terminal=pl.concat_str(pl.lit(" at "), pl.coalesce("nickname", "name")),  # reason
-    ).drop_nulls("pod_terminal_id").unique("pod_terminal_id", keep="first", maintain_order=True)
+    terminals = (
+        fr.terminals.select(
+            col("id").alias("pod_terminal_id"),
+            col("name").alias("pod_terminal_name"),
+            col("firms_code").alias("pod_terminal_firms_code"),
+            _at_terminal=pl.concat_str(pl.lit(" at "), pl.coalesce("nickname", "name")),  # reason
+        )
+        .drop_nulls("pod_terminal_id")
+        .unique("pod_terminal_id", keep="first", maintain_order=True)
+    )
     holds = (
         fr.container_holds.filter(col("status").is_in(["hold", "pending"]))
         .unique(["container_id", "status", "name"])
         .sort("name")  # a group keeps the order of its rows: the names come out sorted
-        .group_by("container_id").agg(
+        .group_by("container_id")
+        .agg(
             blocking_holds=col("name").filter(col("status") == "hold"),
             pending_holds=col("name").filter(col("status") == "pending"),
         )
-        .with_columns(_holds_phrase=pl.concat_str([  # "customs hold; TMF pending"
-            pl.when(col(c).list.len() > 0).then(pl.concat_str(col(c).list.join(", "), pl.lit(w)))
-            for c, w in (("blocking_holds", " hold"), ("pending_holds", " pending"))
-        ], separator="; ", ignore_nulls=True))
+        .with_columns(
+            _holds_phrase=pl.concat_str(
+                [  # "customs hold; TMF pending"
+                    pl.when(col(c).list.len() > 0).then(
+                        pl.concat_str(col(c).list.join(", "), pl.lit(w))
+                    )
+                    for c, w in (("blocking_holds", " hold"), ("pending_holds", " pending"))
+                ],
+                separator="; ",
+                ignore_nulls=True,
+            )
+        )
     )
-    fees = fr.container_fees.with_columns(
-        _fee=pl.when(col("type") != "total").then("amount"),
-        _demurrage=pl.when(col("type") == "demurrage").then("amount"),
-    ).group_by("container_id").agg(
-        _fees_sum=col("_fee").sum(), _demurrage_sum=col("_demurrage").sum(), _fee_rows=pl.len(),
+    fees = (
+        fr.container_fees.with_columns(
+            _fee=pl.when(col("type") != "total").then("amount"),
+            _demurrage=pl.when(col("type") == "demurrage").then("amount"),
+        )
+        .group_by("container_id")
+        .agg(
+            _fees_sum=col("_fee").sum(),
+            _demurrage_sum=col("_demurrage").sum(),
+            _fee_rows=pl.len(),
+        )
     )
     no_names = pl.lit([], dtype=pl.List(pl.String))
     holds_and_fees = holds.join(fees, on="container_id", how="full", coalesce=True)
     containers = fr.containers.rename({"id": "container_id", "number": "container_number"})
     return (
-        _beside(containers, containers.select("shipment_id", "pod_terminal_id", "container_id")
-                .join(shipments, on="shipment_id", how="left", maintain_order="left")
-                .join(terminals, on="pod_terminal_id", how="left", maintain_order="left")
-                .join(holds_and_fees, on="container_id", how="left", maintain_order="left"))
+        _beside(
+            containers,
+            containers.select("shipment_id", "pod_terminal_id", "container_id")
+            .join(shipments, on="shipment_id", how="left", maintain_order="left")
+            .join(terminals, on="pod_terminal_id", how="left", maintain_order="left")
+            .join(holds_and_fees, on="container_id", how="left", maintain_order="left"),
+        )
         .with_columns(
             blocking_holds=col("blocking_holds").fill_null(no_names),
             pending_holds=col("pending_holds").fill_null(no_names),
@@ -254,8 +349,14 @@ def _beside(rows: pl.LazyFrame, joined: pl.LazyFrame) -> pl.LazyFrame:
 def _is_inland() -> pl.Expr:
     """Inland move = any rail evidence (README, "Which LFD binds")."""
     evidence = (
-        "pod_rail_carrier_scac", "pod_rail_loaded_at", "pod_rail_departed_at", "ind_eta_at",
-        "ind_ata_at", "ind_rail_unloaded_at", "pickup_lfd_rail", "ind_facility_lfd_on",
+        "pod_rail_carrier_scac",
+        "pod_rail_loaded_at",
+        "pod_rail_departed_at",
+        "ind_eta_at",
+        "ind_ata_at",
+        "ind_rail_unloaded_at",
+        "pickup_lfd_rail",
+        "ind_facility_lfd_on",
         "final_destination_full_out_at",
     )
     return (
@@ -271,8 +372,10 @@ def _tariff_keys() -> dict[str, pl.Expr]:
     return dict(
         _scac=col("shipping_line_scac"),
         _port=pl.when(col("_inland") & col("destination_locode").is_not_null())
-        .then(col("destination_locode")).otherwise(col("port_of_discharge_locode")),
-        _equip=pl.when(col("equipment_type") == "reefer").then(pl.lit("reefer"))
+        .then(col("destination_locode"))
+        .otherwise(col("port_of_discharge_locode")),
+        _equip=pl.when(col("equipment_type") == "reefer")
+        .then(pl.lit("reefer"))
         .otherwise(pl.lit("dry")),
     )
 
@@ -294,23 +397,40 @@ def _with_tariffs(
     # Every key a container can have: its shipment's carrier with the port of discharge or
     # the destination (or no shipment), either equipment. Taken from the shipments: distinct
     # keys of ``rows`` would have polars compute the joined rows a second time.
-    no_shipment = pl.LazyFrame({"scac": [None], "port": [None]},
-                               schema={"scac": pl.String, "port": pl.String})
-    keys = pl.concat([
-        shipments.select(scac="shipping_line_scac", port=port).unique()
-        for port in ("port_of_discharge_locode", "destination_locode")
-    ] + [no_shipment]).unique().join(pl.LazyFrame({"equip": ["dry", "reefer"]}), how="cross")
+    no_shipment = pl.LazyFrame(
+        {"scac": [None], "port": [None]}, schema={"scac": pl.String, "port": pl.String}
+    )
+    keys = (
+        pl.concat(
+            [
+                shipments.select(scac="shipping_line_scac", port=port).unique()
+                for port in ("port_of_discharge_locode", "destination_locode")
+            ]
+            + [no_shipment]
+        )
+        .unique()
+        .join(pl.LazyFrame({"equip": ["dry", "reefer"]}), how="cross")
+    )
     by_key, tiers = keys, {}
     for prefix, charge in ((DEM, "demurrage"), (DET, "detention")):
         matched = match_tariffs(keys, tariffs, charge)
         names = matched.collect_schema().names()
         renamed = {c: prefix + c for c in names if c not in ("scac", "port", "equip")}
-        by_key = by_key.join(matched.rename(renamed), on=["scac", "port", "equip"], how="left",
-                             nulls_equal=True)
+        by_key = by_key.join(
+            matched.rename(renamed), on=["scac", "port", "equip"], how="left", nulls_equal=True
+        )
         tiers[prefix] = sum(1 for c in names if c.endswith("_rate"))
-    rows = _beside(rows, rows.select(_KEYS).join(
-        by_key, left_on=_KEYS, right_on=["scac", "port", "equip"], how="left", nulls_equal=True,
-        maintain_order="left"))
+    rows = _beside(
+        rows,
+        rows.select(_KEYS).join(
+            by_key,
+            left_on=_KEYS,
+            right_on=["scac", "port", "equip"],
+            how="left",
+            nulls_equal=True,
+            maintain_order="left",
+        ),
+    )
     return rows, tiers
 
 
@@ -330,10 +450,16 @@ _SHIPMENT_ZONES = ("pod_timezone", "destination_timezone")
 
 def _zone_names(fr: WarehouseFrames) -> list[str]:
     """UTC and the valid zone names the containers and shipments use (a small eager query)."""
-    names = pl.concat(
-        [fr.containers.select(pl.col(c).alias("z")) for c in _CONTAINER_ZONES]
-        + [fr.shipments.select(pl.col(c).alias("z")) for c in _SHIPMENT_ZONES]
-    ).unique().drop_nulls().collect(engine="in-memory")["z"].to_list()
+    names = (
+        pl.concat(
+            [fr.containers.select(pl.col(c).alias("z")) for c in _CONTAINER_ZONES]
+            + [fr.shipments.select(pl.col(c).alias("z")) for c in _SHIPMENT_ZONES]
+        )
+        .unique()
+        .drop_nulls()
+        .collect(engine="in-memory")["z"]
+        .to_list()
+    )
     return ["UTC", *sorted(z for z in names if z != "UTC" and _valid_zone(z))]
 
 
@@ -350,8 +476,13 @@ def _with_zones(rows: pl.LazyFrame, zones: list[str]) -> pl.LazyFrame:
     enum = pl.Enum(zones)
 
     def zone(c: str) -> pl.Expr:
-        return pl.col(c).cast(enum, strict=False).fill_null(  # unknown names: UTC
-            pl.when(pl.col(c).is_not_null()).then(pl.lit("UTC", dtype=enum)))
+        return (
+            pl.col(c)
+            .cast(enum, strict=False)
+            .fill_null(  # unknown names: UTC
+                pl.when(pl.col(c).is_not_null()).then(pl.lit("UTC", dtype=enum))
+            )
+        )
 
     pod = pl.coalesce(zone("pod_timezone"), zone("_shipment_pod_zone"), pl.lit("UTC", dtype=enum))
     dest = pl.coalesce(zone("final_destination_timezone"), zone("_shipment_dest_zone"), pod)
@@ -359,8 +490,9 @@ def _with_zones(rows: pl.LazyFrame, zones: list[str]) -> pl.LazyFrame:
         _zone_pod=pod,
         _zone_dest=dest,
         _zone_line=pl.coalesce(zone("final_destination_timezone"), pod),
-        _zone_empty=pl.coalesce(zone("empty_terminated_timezone"),
-                                pl.when(pl.col("_inland")).then(dest).otherwise(pod)),
+        _zone_empty=pl.coalesce(
+            zone("empty_terminated_timezone"), pl.when(pl.col("_inland")).then(dest).otherwise(pod)
+        ),
     )
 
 
@@ -371,8 +503,7 @@ def _local_date(ts: str | pl.Expr, zone: pl.Expr, zones: Sequence[str]) -> pl.Ex
     """The calendar date of a UTC instant in the row's ``zone`` (one of ``zones``)."""
     e = pl.col(ts) if isinstance(ts, str) else ts
     # each instant is converted in its own zone only (the other rows are NULL there)
-    return pl.coalesce(
-        pl.when(zone == z).then(e).dt.convert_time_zone(z).dt.date() for z in zones)
+    return pl.coalesce(pl.when(zone == z).then(e).dt.convert_time_zone(z).dt.date() for z in zones)
 
 
 def _in_zone(zone: pl.Expr, zones: Sequence[str], value: Callable[[str], date]) -> pl.Expr:
@@ -406,31 +537,42 @@ def _free_time_end(cal: WorkingCalendar, prefix: str, start: pl.Expr) -> pl.Expr
     working = pl.col(prefix + "free_basis") == "working"
     # only the working-basis rows go through the (costlier) working-day arithmetic
     return (
-        pl.when(working).then(cal.add_working_days(pl.when(working).then(start), free))
+        pl.when(working)
+        .then(cal.add_working_days(pl.when(working).then(start), free))
         .otherwise(_add_days(start, free))
     )
 
 
 def _lfd_phrase(days: pl.Expr, place: list[pl.Expr]) -> pl.Expr:
-    """"LFD in 3 days at Fenix (terminal)", "LFD today (rail)", "LFD passed 4 days ago ..."
+    """ "LFD in 3 days at Fenix (terminal)", "LFD today (rail)", "LFD passed 4 days ago ..."
     for a days-to-LFD expression and the parts of the " at Fenix (terminal)" place phrase."""
-    return pl.concat_str([
-        pl.when(days < -1).then(pl.lit("LFD passed "))
-        .when(days == -1).then(pl.lit("LFD was yesterday"))
-        .when(days == 0).then(pl.lit("LFD today"))
-        .when(days == 1).then(pl.lit("LFD tomorrow"))
-        .otherwise(pl.lit("LFD in ")),
-        pl.when(days.abs() > 1).then(days.abs()).cast(pl.String),
-        pl.when(days < -1).then(pl.lit(" days ago")).when(days > 1).then(pl.lit(" days")),
-        *place,
-    ], ignore_nulls=True)
+    return pl.concat_str(
+        [
+            pl.when(days < -1)
+            .then(pl.lit("LFD passed "))
+            .when(days == -1)
+            .then(pl.lit("LFD was yesterday"))
+            .when(days == 0)
+            .then(pl.lit("LFD today"))
+            .when(days == 1)
+            .then(pl.lit("LFD tomorrow"))
+            .otherwise(pl.lit("LFD in ")),
+            pl.when(days.abs() > 1).then(days.abs()).cast(pl.String),
+            pl.when(days < -1).then(pl.lit(" days ago")).when(days > 1).then(pl.lit(" days")),
+            *place,
+        ],
+        ignore_nulls=True,
+    )
 
 
 # --- the rules ----------------------------------------------------------------------------
 
 
 def _rules(
-    rows: pl.LazyFrame, zones: list[str], as_of: datetime, cal: WorkingCalendar,
+    rows: pl.LazyFrame,
+    zones: list[str],
+    as_of: datetime,
+    cal: WorkingCalendar,
     tiers: dict[str, int],
 ) -> pl.LazyFrame:
     """The risk columns, rule by rule (``zones``: the zone names the rows use)."""
@@ -441,19 +583,23 @@ def _rules(
 
     # --- Which LFD binds: phases ---------------------------------------------------------
     inland = col("_inland")
-    full_out = (pl.when(inland).then(col("final_destination_full_out_at"))
-                .otherwise(col("pod_full_out_at")))
+    full_out = (
+        pl.when(inland).then(col("final_destination_full_out_at")).otherwise(col("pod_full_out_at"))
+    )
     rows = rows.with_columns(
         is_inland=inland,
         _left_port=pl.any_horizontal(
             col(c).is_not_null()
-            for c in ("pod_full_out_at", "pod_rail_loaded_at", "pod_rail_departed_at")),
-        full_out_at=full_out,
-        _done=(full_out.is_not_null() | col("empty_terminated_at").is_not_null()
-               | col("current_status").is_in(DONE_STATUSES).fill_null(False)),
-        _discharged=col("pod_discharged_at").is_not_null() | (
-            inland & (col("ind_ata_at").is_not_null() | col("ind_rail_unloaded_at").is_not_null())
+            for c in ("pod_full_out_at", "pod_rail_loaded_at", "pod_rail_departed_at")
         ),
+        full_out_at=full_out,
+        _done=(
+            full_out.is_not_null()
+            | col("empty_terminated_at").is_not_null()
+            | col("current_status").is_in(DONE_STATUSES).fill_null(False)
+        ),
+        _discharged=col("pod_discharged_at").is_not_null()
+        | (inland & (col("ind_ata_at").is_not_null() | col("ind_rail_unloaded_at").is_not_null())),
     )
     done, left_port = col("_done"), col("_left_port")
 
@@ -468,13 +614,15 @@ def _rules(
     rows = rows.with_columns(
         lfd_terminal=lfd("pickup_lfd_terminal", pod_zone),
         lfd_line=lfd("pickup_lfd_line", col("_zone_line")),
-        lfd_rail=pl.coalesce(lfd("pickup_lfd_rail", dest_zone),
-                             lfd("ind_facility_lfd_on", dest_zone)),
+        lfd_rail=pl.coalesce(
+            lfd("pickup_lfd_rail", dest_zone), lfd("ind_facility_lfd_on", dest_zone)
+        ),
         lfd_pod=col("pod_lfd_unified"),
         _appointment_date=_local_date("pickup_appointment_at", pod_zone, zones),
         _return_date=_local_date("empty_terminated_at", col("_zone_empty"), zones),
         _full_out_date=_local_date(
-            full_out, pl.when(inland).then(dest_zone).otherwise(pod_zone), zones),
+            full_out, pl.when(inland).then(dest_zone).otherwise(pod_zone), zones
+        ),
     )
 
     # --- Which LFD binds: the earliest relevant source ------------------------------------
@@ -489,17 +637,33 @@ def _rules(
         "terminal": ~has_pod & ~done & ~left_port,
         "rail": ~done & inland,
     }
-    rows = rows.with_columns(lfd_date=pl.min_horizontal(
-        pl.when(rel).then(col("lfd_" + name)) for name, rel in relevant.items()))
+    rows = rows.with_columns(
+        lfd_date=pl.min_horizontal(
+            pl.when(rel).then(col("lfd_" + name)) for name, rel in relevant.items()
+        )
+    )
     pod_source = pl.concat_str(
-        pl.lit("pod_"), pl.when(has_pod).then(col("pod_lfd_unified_selection"))).fill_null("pod")
+        pl.lit("pod_"), pl.when(has_pod).then(col("pod_lfd_unified_selection"))
+    ).fill_null("pod")
     source = pl.lit(None, dtype=pl.String)
     for name in reversed(relevant):  # ties prefer pod, line, terminal, then rail
         label = pod_source if name == "pod" else pl.lit(name)
-        source = pl.when(relevant[name] & (col("lfd_" + name) == col("lfd_date"))) \
-            .then(label).otherwise(source)
-    reported = [col(c) for c in ("lfd_line", "lfd_terminal", "lfd_rail", "pod_lfd_line_current",
-                                 "pod_lfd_facility_current", "pod_lfd_unified")]
+        source = (
+            pl.when(relevant[name] & (col("lfd_" + name) == col("lfd_date")))
+            .then(label)
+            .otherwise(source)
+        )
+    reported = [
+        col(c)
+        for c in (
+            "lfd_line",
+            "lfd_terminal",
+            "lfd_rail",
+            "pod_lfd_line_current",
+            "pod_lfd_facility_current",
+            "pod_lfd_unified",
+        )
+    ]
     rows = rows.with_columns(
         lfd_source=source,
         lfd_disagreement_days=pl.when(
@@ -510,10 +674,14 @@ def _rules(
     # --- Dates and zones: today in the zone of the binding LFD ----------------------------
     src = col("lfd_source")
     rows = rows.with_columns(  # no binding LFD: the inland ramp's zone, or the port's
-        _zone_binding=pl.when((src == "terminal") | src.str.starts_with("pod")).then(pod_zone)
-        .when(src == "rail").then(dest_zone)
-        .when(src == "line").then(col("_zone_line"))
-        .when(at_ramp).then(dest_zone)
+        _zone_binding=pl.when((src == "terminal") | src.str.starts_with("pod"))
+        .then(pod_zone)
+        .when(src == "rail")
+        .then(dest_zone)
+        .when(src == "line")
+        .then(col("_zone_line"))
+        .when(at_ramp)
+        .then(dest_zone)
         .otherwise(pod_zone),
     )
 
@@ -542,15 +710,21 @@ def _rules(
     # with no binding LFD have their instant converted
     estimated = col("lfd_date").is_null() & ~done
     clock_start = _local_date(
-        pl.when(estimated & at_ramp).then(pl.coalesce("ind_rail_unloaded_at", "ind_ata_at"))
-        .when(estimated).then(col("pod_discharged_at")),
-        pl.when(at_ramp).then(dest_zone).otherwise(pod_zone), zones)
+        pl.when(estimated & at_ramp)
+        .then(pl.coalesce("ind_rail_unloaded_at", "ind_ata_at"))
+        .when(estimated)
+        .then(col("pod_discharged_at")),
+        pl.when(at_ramp).then(dest_zone).otherwise(pod_zone),
+        zones,
+    )
     rows = rows.with_columns(
         lfd_estimated=_free_time_end(cal, DEM, clock_start),
-        _pickup_date=pl.when(appointment >= today_local).then(appointment)
-        .when(col("ready_for_pickup")).then(today_local)
-        .when(on_hold).then(in_binding_zone(
-            lambda z: cal.working_day_after(today(z), HOLD_CLEAR_WORKING_DAYS)))
+        _pickup_date=pl.when(appointment >= today_local)
+        .then(appointment)
+        .when(col("ready_for_pickup"))
+        .then(today_local)
+        .when(on_hold)
+        .then(in_binding_zone(lambda z: cal.working_day_after(today(z), HOLD_CLEAR_WORKING_DAYS)))
         .otherwise(in_binding_zone(lambda z: cal.working_day_after(today(z), 1))),
     )
 
@@ -560,19 +734,20 @@ def _rules(
     costed = has_tariff & (done | cost_lfd.is_not_null())
 
     def chargeable_days(until: pl.Expr) -> pl.Expr:  # 0 for done boxes: nothing left to act on
-        return pl.when(~done).then(_days_between(until, cost_lfd).clip(lower_bound=0)) \
-            .otherwise(0)
+        return pl.when(~done).then(_days_between(until, cost_lfd).clip(lower_bound=0)).otherwise(0)
 
     rows = rows.with_columns(
         costed=costed,
-        uncosted_reason=pl.when(~has_tariff).then(pl.lit("no tariff"))
-        .when(~costed).then(pl.lit("no LFD")),
+        uncosted_reason=pl.when(~has_tariff)
+        .then(pl.lit("no tariff"))
+        .when(~costed)
+        .then(pl.lit("no LFD")),
         currency=col(DEM + "currency"),
         demurrage_tariff_line=col(DEM + "tariff_line"),
-        accrued_demurrage=pl.when(costed)
-        .then(_cost(DEM, tiers, chargeable_days(today_local))),
-        projected_demurrage=pl.when(costed)
-        .then(_cost(DEM, tiers, chargeable_days(col("_pickup_date")))),
+        accrued_demurrage=pl.when(costed).then(_cost(DEM, tiers, chargeable_days(today_local))),
+        projected_demurrage=pl.when(costed).then(
+            _cost(DEM, tiers, chargeable_days(col("_pickup_date")))
+        ),
         projected_pickup_date=pl.when(~done).then(col("_pickup_date")),
     )
 
@@ -581,21 +756,27 @@ def _rules(
     rows = rows.with_columns(
         detention_lfd=_free_time_end(cal, DET, col("_full_out_date")),
         days_out=_days_between(detention_end, col("_full_out_date")),
-        detention_tariff_line=pl.when(col("full_out_at").is_not_null())
-        .then(col(DET + "tariff_line")),
+        detention_tariff_line=pl.when(col("full_out_at").is_not_null()).then(
+            col(DET + "tariff_line")
+        ),
     )
     rows = rows.with_columns(
-        projected_detention=pl.when(col("detention_lfd").is_not_null()).then(_cost(
-            DET, tiers, _days_between(detention_end, col("detention_lfd")).clip(lower_bound=0))),
+        projected_detention=pl.when(col("detention_lfd").is_not_null()).then(
+            _cost(
+                DET, tiers, _days_between(detention_end, col("detention_lfd")).clip(lower_bound=0)
+            )
+        ),
     )
 
     # --- Other facts ----------------------------------------------------------------------
     dwell_end = pl.coalesce(
-        "pod_full_out_at", "pod_rail_loaded_at", "pod_rail_departed_at", pl.lit(as_of, dtype=TS))
+        "pod_full_out_at", "pod_rail_loaded_at", "pod_rail_departed_at", pl.lit(as_of, dtype=TS)
+    )
     rows = rows.with_columns(
         as_of=pl.lit(as_of, dtype=TS),
-        dwell_days=pl.when(col("pod_discharged_at").is_not_null())
-        .then(_days_of(dwell_end - col("pod_discharged_at"))),
+        dwell_days=pl.when(col("pod_discharged_at").is_not_null()).then(
+            _days_of(dwell_end - col("pod_discharged_at"))
+        ),
         stale=(
             col("terminal_checked_at").is_null()
             | (col("terminal_checked_at") < pl.lit(as_of - STALE_AFTER, dtype=TS))
@@ -608,13 +789,20 @@ def _rules(
     no_lfd = col("lfd_date").is_null()
     unknown = ~done & no_lfd & col("_discharged")
     rows = rows.with_columns(
-        risk_level=pl.when(done).then(pl.lit("done"))
-        .when(unknown).then(pl.lit("unknown"))
-        .when(no_lfd).then(pl.lit("ok"))
-        .when(days < 0).then(pl.lit("overdue"))
-        .when(days == 0).then(pl.lit("due_today"))
-        .when(days <= 3).then(pl.lit("imminent"))
-        .when(days <= 7).then(pl.lit("watch"))
+        risk_level=pl.when(done)
+        .then(pl.lit("done"))
+        .when(unknown)
+        .then(pl.lit("unknown"))
+        .when(no_lfd)
+        .then(pl.lit("ok"))
+        .when(days < 0)
+        .then(pl.lit("overdue"))
+        .when(days == 0)
+        .then(pl.lit("due_today"))
+        .when(days <= 3)
+        .then(pl.lit("imminent"))
+        .when(days <= 7)
+        .then(pl.lit("watch"))
         .otherwise(pl.lit("ok")),
         risk_reason=_risk_reason(unknown),
     )
@@ -642,25 +830,39 @@ def _risk_reason(unknown: pl.Expr) -> pl.Expr:
         dated("empty returned ", only(returned, "_return_date")),
         dated("picked up ", only(picked_up, "_full_out_date")),
         pl.concat_str(pl.lit("status "), only(done, "current_status")),
-        pl.concat_str(dated("discharged, no LFD posted (tariff estimate ",
-                            only(unknown, "lfd_estimated")), pl.lit(")")),
+        pl.concat_str(
+            dated("discharged, no LFD posted (tariff estimate ", only(unknown, "lfd_estimated")),
+            pl.lit(")"),
+        ),
         only(unknown, pl.lit("discharged, no LFD posted")),  # no estimate
         only(~done & col("lfd_date").is_null(), pl.lit("not discharged yet")),
-        only(lfd_posted, _lfd_phrase(only(lfd_posted, "days_to_lfd"), [
-            only(lfd_posted & (src != "rail"), "_at_terminal"),
-            pl.lit(" ("), src, pl.lit(")"),
-        ])),
+        only(
+            lfd_posted,
+            _lfd_phrase(
+                only(lfd_posted, "days_to_lfd"),
+                [
+                    only(lfd_posted & (src != "rail"), "_at_terminal"),
+                    pl.lit(" ("),
+                    src,
+                    pl.lit(")"),
+                ],
+            ),
+        ),
     )
     active = ~done & (col("lfd_date").is_not_null() | col("_discharged"))
     on_hold = col("blocking_holds").list.len() > 0
-    appointment = only(active & (col("_appointment_date") >= col("today_local")),
-                       "_appointment_date")
+    appointment = only(
+        active & (col("_appointment_date") >= col("today_local")), "_appointment_date"
+    )
     parts = [
         what_happened,
         only(active, "_holds_phrase"),
-        only(active & ~on_hold & ~col("ready_for_pickup"),
-             pl.when(col("availability_known") == False)  # noqa: E712 (NULL must stay NULL)
-             .then(pl.lit("availability unknown")).otherwise(pl.lit("not available"))),
+        only(
+            active & ~on_hold & ~col("ready_for_pickup"),
+            pl.when(col("availability_known") == False)  # noqa: E712 (NULL must stay NULL)
+            .then(pl.lit("availability unknown"))
+            .otherwise(pl.lit("not available")),
+        ),
         pl.coalesce(dated("appointment ", appointment), only(active, pl.lit("no appointment"))),
         only(col("stale") & ~done, pl.lit("stale data")),
     ]

@@ -29,8 +29,16 @@ import polars as pl
 
 DEFAULT_TARIFFS_PATH = Path(__file__).resolve().parents[2] / "data" / "tariffs.csv"
 COLUMNS = (
-    "charge", "carrier_scac", "port_locode", "equipment", "free_days", "free_basis", "tiers",
-    "currency", "source", "as_of",
+    "charge",
+    "carrier_scac",
+    "port_locode",
+    "equipment",
+    "free_days",
+    "free_basis",
+    "tiers",
+    "currency",
+    "source",
+    "as_of",
 )
 CHARGES = ("demurrage", "detention")
 EQUIPMENT = ("dry", "reefer")
@@ -137,19 +145,21 @@ def load_tariffs(path: str | Path | None = None) -> pl.DataFrame:
         if key in seen:
             raise bad("carrier_scac", f"same charge/carrier/port/equipment as line {seen[key]}")
         seen[key] = line
-        rows.append({
-            "tariff_line": line,
-            "charge": v["charge"],
-            "carrier_scac": key[1] or None,
-            "port_locode": key[2] or None,
-            "equipment": v["equipment"] or None,
-            "free_days": free,
-            "free_basis": v["free_basis"],
-            "tiers": tiers,
-            "currency": v["currency"],
-            "source": v["source"] or None,
-            "as_of": as_of,
-        })
+        rows.append(
+            {
+                "tariff_line": line,
+                "charge": v["charge"],
+                "carrier_scac": key[1] or None,
+                "port_locode": key[2] or None,
+                "equipment": v["equipment"] or None,
+                "free_days": free,
+                "free_basis": v["free_basis"],
+                "tiers": tiers,
+                "currency": v["currency"],
+                "source": v["source"] or None,
+                "as_of": as_of,
+            }
+        )
     return pl.DataFrame(rows, schema=TARIFF_SCHEMA)
 
 

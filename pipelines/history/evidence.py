@@ -106,10 +106,14 @@ def gather(
     facts = _one(
         con,
         f"""SELECT f.*, c.equipment_type,
-                   {"s.bill_of_lading_number, s.shipping_line_scac, s.port_of_discharge_locode, "
-                    "s.port_of_discharge_name" if ship else "NULL AS bill_of_lading_number, "
-                    "NULL AS shipping_line_scac, NULL AS port_of_discharge_locode, "
-                    "NULL AS port_of_discharge_name"},
+                   {
+            "s.bill_of_lading_number, s.shipping_line_scac, s.port_of_discharge_locode, "
+            "s.port_of_discharge_name"
+            if ship
+            else "NULL AS bill_of_lading_number, "
+            "NULL AS shipping_line_scac, NULL AS port_of_discharge_locode, "
+            "NULL AS port_of_discharge_name"
+        },
                    {"t.name AS terminal_name" if term else "NULL AS terminal_name"}
             FROM {D}.free_time_used f JOIN {D}.containers c ON c.id = f.container_id
             {f"LEFT JOIN {D}.shipments s ON s.id = c.shipment_id" if ship else ""}
@@ -185,19 +189,23 @@ def _unknowns(ev: Evidence) -> list[str]:
         "by the later one."
     )
     if any(d.before_first_seen for d in ev.days):
-        out.append("Some charged days ended before freetime first saw the container: their "
-                   "availability and holds are unknown.")
+        out.append(
+            "Some charged days ended before freetime first saw the container: their "
+            "availability and holds are unknown."
+        )
     if f.get("lfd_date") is None:
-        out.append("No LFD was reported: the end of free time is unknown, so no day is "
-                   "counted as charged.")
+        out.append(
+            "No LFD was reported: the end of free time is unknown, so no day is counted as charged."
+        )
     if f.get("discharged_at") is None:
-        out.append("No discharge was reported: free time has not started as far as freetime "
-                   "knows.")
+        out.append("No discharge was reported: free time has not started as far as freetime knows.")
     if f.get("picked_up_at") is None and f.get("discharged_at") is not None:
         out.append("The box has not been picked up: charged days run up to today.")
     if ev.tariff is None:
-        out.append("No tariff row applies (data/tariffs.csv): the days charged carry no rate "
-                   "and no total is computed.")
+        out.append(
+            "No tariff row applies (data/tariffs.csv): the days charged carry no rate "
+            "and no total is computed."
+        )
     return out
 
 
@@ -248,9 +256,7 @@ def _span(start: int, end: int | None) -> str:
 def key_facts(ev: Evidence) -> list[tuple[str, str]]:
     f, z = ev.facts, ev.zone
     basis = f.get("lfd_basis")
-    seen = next(
-        (c for c in reversed(ev.timeline) if c.field == basis and c.new is not None), None
-    )
+    seen = next((c for c in reversed(ev.timeline) if c.field == basis and c.new is not None), None)
     reported = f"the LFD reported as {basis}" if basis else "no LFD reported"
     if seen is not None:
         reported += f", last set {_when(seen.observed_at, z)} by {_how(seen)}"
@@ -269,16 +275,24 @@ def key_facts(ev: Evidence) -> list[tuple[str, str]]:
     return [
         ("Container", ev.number),
         ("Bill of lading", str(f.get("bill_of_lading_number") or "unknown")),
-        ("Port of discharge", " ".join(
-            str(x) for x in (f.get("port_of_discharge_name"), f.get("port_of_discharge_locode"))
-            if x) or "unknown"),
+        (
+            "Port of discharge",
+            " ".join(
+                str(x)
+                for x in (f.get("port_of_discharge_name"), f.get("port_of_discharge_locode"))
+                if x
+            )
+            or "unknown",
+        ),
         ("Terminal", str(f.get("terminal_name") or "unknown")),
         ("Time zone of the port", z),
         ("First seen by freetime", _when(f.get("first_seen_at"), z)),
         ("Discharged", _when(f.get("discharged_at"), z)),
         ("First seen available", _when(f.get("first_available_at"), z)),
-        ("Free time allowed", f"{f['free_days']} days" if f.get("free_days") is not None
-         else "unknown"),
+        (
+            "Free time allowed",
+            f"{f['free_days']} days" if f.get("free_days") is not None else "unknown",
+        ),
         ("Basis of free time", reported),
         ("Tariff", tariff_text),
         ("Start of free time", str(f.get("free_time_start") or "unknown")),
@@ -286,10 +300,16 @@ def key_facts(ev: Evidence) -> list[tuple[str, str]]:
         ("Picked up (full out)", _when(f.get("picked_up_at"), z)),
         ("Empty returned", _when(f.get("empty_returned_at"), z)),
         ("Days charged", str(len(ev.days))),
-        ("Days charged while not available or on hold",
-         str(sum(d.not_available_or_held for d in ev.days))),
-        ("Total freetime computes", f"{total:,.2f} {tariff['currency']}"
-         if total is not None and tariff else "not computed"),
+        (
+            "Days charged while not available or on hold",
+            str(sum(d.not_available_or_held for d in ev.days)),
+        ),
+        (
+            "Total freetime computes",
+            f"{total:,.2f} {tariff['currency']}"
+            if total is not None and tariff
+            else "not computed",
+        ),
     ]
 
 
@@ -318,7 +338,7 @@ def render_html(ev: Evidence, generated_at: dt.datetime | None = None) -> str:
     facts = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in key_facts(ev))
     cur = ev.tariff["currency"] if ev.tariff else ""
     day_rows = "".join(
-        f'<tr{" class=flag" if d.not_available_or_held else ""}>'
+        f"<tr{' class=flag' if d.not_available_or_held else ''}>"
         f"<td>{d.day.isoformat()}</td><td class=num>{k}</td>"
         f"<td class=num>{'' if d.rate is None else f'{d.rate:,.2f} {e(cur)}'}</td>"
         f"<td>{'yes: ' + e(d.reasons or '') if d.not_available_or_held else 'no'}"
@@ -336,7 +356,8 @@ def render_html(ev: Evidence, generated_at: dt.datetime | None = None) -> str:
     total = ev.total
     total_row = (
         f"<tr><th colspan=2>Total</th><td class=num>{total:,.2f} {e(cur)}</td><td></td></tr>"
-        if total is not None else ""
+        if total is not None
+        else ""
     )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -370,11 +391,20 @@ def render_csv(ev: Evidence) -> str:
     for n, d in enumerate(ev.days, start=1):
         flag = f"not available or on hold: {d.reasons}" if d.not_available_or_held else ""
         rate = "" if d.rate is None else f"{d.rate:.2f}"
-        w.writerow(["charged_day", d.day.isoformat(), f"day {n}; rate {rate}; {flag}".strip(),
-                    "", "", ""])
+        w.writerow(
+            ["charged_day", d.day.isoformat(), f"day {n}; rate {rate}; {flag}".strip(), "", "", ""]
+        )
     for c in ev.timeline:
-        w.writerow(["timeline", label(c.field), f"{c.old or ''} -> {c.new or ''}",
-                    c.observed_at.astimezone(dt.UTC).isoformat(), c.how, c.notification_id or ""])
+        w.writerow(
+            [
+                "timeline",
+                label(c.field),
+                f"{c.old or ''} -> {c.new or ''}",
+                c.observed_at.astimezone(dt.UTC).isoformat(),
+                c.how,
+                c.notification_id or "",
+            ]
+        )
     for u in ev.unknowns:
         w.writerow(["unknown", "", u, "", "", ""])
     return buf.getvalue()

@@ -87,9 +87,7 @@ def containers_needing_events(path: Path, max_containers: int = MAX_CONTAINERS) 
         ).fetchall()
         ids = [r[0] for r in changed]
         risky: list[str] = []
-        if {"container_id", "risk_level"} <= set(
-            column_types(con, "analytics", "demurrage_risk")
-        ):
+        if {"container_id", "risk_level"} <= set(column_types(con, "analytics", "demurrage_risk")):
             levels = ", ".join(f"'{x}'" for x in AT_RISK_LEVELS)
             risky = [
                 r[0]
@@ -105,7 +103,9 @@ def containers_needing_events(path: Path, max_containers: int = MAX_CONTAINERS) 
 def events_table(resources: list[dict[str, Any]], fetched_at: dt.datetime) -> pa.Table:
     """Transport event resources as rows of ``terminal49.transport_events``."""
     cols = flatten._resource_columns(
-        resources, TRANSPORT_EVENT_ATTRIBUTES, TRANSPORT_EVENT_RELATIONSHIPS,
+        resources,
+        TRANSPORT_EVENT_ATTRIBUTES,
+        TRANSPORT_EVENT_RELATIONSHIPS,
         derived=["notification_id"],
     )
     cols["notification_id"] = pa.array([None] * len(resources), pa.string())
@@ -117,8 +117,7 @@ def _events_source(table: pa.Table) -> list[DltResource]:
     def one() -> Iterator[pa.Table]:
         yield table
 
-    return [dlt.resource(one(), name="transport_events",
-                         **WEBHOOK_TABLE_HINTS["transport_events"])]
+    return [dlt.resource(one(), name="transport_events", **WEBHOOK_TABLE_HINTS["transport_events"])]
 
 
 def fetch_transport_events(

@@ -63,8 +63,9 @@ def _binding(cols: Mapping[str, str]) -> tuple[str, str]:
     else:
         dates = [local_date_sql(f"c.{c}", cols[c], zone) for c in legacy]
         date = f"coalesce({', '.join(dates)})"
-        whens = " ".join(f"WHEN {d} IS NOT NULL THEN '{c}'" for c, d in zip(legacy, dates,
-                                                                           strict=True))
+        whens = " ".join(
+            f"WHEN {d} IS NOT NULL THEN '{c}'" for c, d in zip(legacy, dates, strict=True)
+        )
         basis = f"CASE {whens} END"
     if "has_pod_deadlines" in cols and "pod_lfd_unified" in cols:
         unified = local_date_sql("c.pod_lfd_unified", cols["pod_lfd_unified"], zone)
@@ -85,7 +86,7 @@ def create_views(con: duckdb.DuckDBPyConnection) -> None:
     if not cols or not _columns(con, HISTORY_TABLE):
         return
     h = f"{D}.{HISTORY_TABLE}"
-    col = (lambda name: f"c.{name}" if name in cols else "NULL")  # noqa: E731
+    col = lambda name: f"c.{name}" if name in cols else "NULL"  # noqa: E731
     zone = (
         "CASE WHEN h.field IN ('pickup_lfd_rail', 'ind_facility_lfd_on') THEN "
         f"coalesce({col('final_destination_timezone')}, {col('pod_timezone')}, 'UTC') "
@@ -94,10 +95,10 @@ def create_views(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"""
         CREATE OR REPLACE VIEW {D}.lfd_changes AS
         SELECT h.entity_id AS container_id, c.number AS container_number, h.field AS source,
-               {_text_date('h.old_value', zone)} AS old_lfd,
-               {_text_date('h.new_value', zone)} AS new_lfd,
-               date_diff('day', {_text_date('h.old_value', zone)},
-                         {_text_date('h.new_value', zone)}) AS days_moved,
+               {_text_date("h.old_value", zone)} AS old_lfd,
+               {_text_date("h.new_value", zone)} AS new_lfd,
+               date_diff('day', {_text_date("h.old_value", zone)},
+                         {_text_date("h.new_value", zone)}) AS days_moved,
                CASE WHEN h.old_value IS NULL THEN 'posted'
                     WHEN h.new_value IS NULL THEN 'withdrawn' ELSE 'moved' END AS change,
                CASE WHEN h.field = 'lfd_binding' THEN
@@ -117,9 +118,12 @@ def create_views(con: duckdb.DuckDBPyConnection) -> None:
         CREATE OR REPLACE VIEW {D}.charged_days AS
         WITH base AS (
             SELECT c.id AS container_id, {pz} AS zone, {lfd} AS lfd_date,
-                   {local_date_sql(out_at, cols.get('pod_full_out_at', 'DATE'), pz)
-                    if 'pod_full_out_at' in cols else 'CAST(NULL AS DATE)'} AS out_date,
-                   {col('pod_discharged_at')} AS discharged_at,
+                   {
+        local_date_sql(out_at, cols.get("pod_full_out_at", "DATE"), pz)
+        if "pod_full_out_at" in cols
+        else "CAST(NULL AS DATE)"
+    } AS out_date,
+                   {col("pod_discharged_at")} AS discharged_at,
                    (SELECT min(observed_at) FROM {h} f WHERE f.entity = 'container'
                       AND f.entity_id = c.id) AS first_seen_at
             FROM {D}.containers c
@@ -162,18 +166,18 @@ def create_views(con: duckdb.DuckDBPyConnection) -> None:
         SELECT c.id AS container_id, c.number AS container_number, {pz} AS pod_timezone,
                (SELECT min(observed_at) FROM {h} f WHERE f.entity = 'container'
                   AND f.entity_id = c.id) AS first_seen_at,
-               {col('pod_discharged_at')} AS discharged_at,
+               {col("pod_discharged_at")} AS discharged_at,
                (SELECT min(observed_at) FROM {h} f WHERE f.entity = 'container'
                   AND f.entity_id = c.id
                   AND ((f.field = 'current_status' AND f.new_value = 'available')
                        OR (f.field = 'available_for_pickup' AND f.new_value = 'true')))
                  AS first_available_at,
                {lfd} AS lfd_date, {basis} AS lfd_basis,
-               CAST(timezone({pz}, {col('pod_discharged_at')}) AS DATE) + 1 AS free_time_start,
+               CAST(timezone({pz}, {col("pod_discharged_at")}) AS DATE) + 1 AS free_time_start,
                {lfd} AS free_time_end,
-               date_diff('day', CAST(timezone({pz}, {col('pod_discharged_at')}) AS DATE),
+               date_diff('day', CAST(timezone({pz}, {col("pod_discharged_at")}) AS DATE),
                          {lfd}) AS free_days,
-               {out_at} AS picked_up_at, {col('empty_terminated_at')} AS empty_returned_at,
+               {out_at} AS picked_up_at, {col("empty_terminated_at")} AS empty_returned_at,
                (SELECT count(*) FROM {D}.charged_days d WHERE d.container_id = c.id)
                  AS days_charged,
                (SELECT count(*) FILTER (WHERE d.not_available_or_held) FROM {D}.charged_days d

@@ -9,6 +9,11 @@ from pipelines.report.data import RiskData, load_risk, published_as_of, query
 from pipelines.report.html import DEFAULT_REPORT_PATH, render_report, write_report
 
 __all__ = [
-    "DEFAULT_REPORT_PATH", "RiskData", "load_risk", "published_as_of", "query", "render_report",
+    "DEFAULT_REPORT_PATH",
+    "RiskData",
+    "load_risk",
+    "published_as_of",
+    "query",
+    "render_report",
     "write_report",
 ]

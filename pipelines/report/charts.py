@@ -19,19 +19,26 @@ from pipelines.report import data as d
 
 WIDTH = 560
 LEVEL_COLORS = {
-    "overdue": "#c62828", "due_today": "#ef6c00", "imminent": "#f9a825", "watch": "#9e9d24",
-    "ok": "#2e7d32", "unknown": "#757575", "done": "#bdbdbd",
+    "overdue": "#c62828",
+    "due_today": "#ef6c00",
+    "imminent": "#f9a825",
+    "watch": "#9e9d24",
+    "ok": "#2e7d32",
+    "unknown": "#757575",
+    "done": "#bdbdbd",
 }
 TOP_N = 15
 
 
 def _values(df: pl.DataFrame) -> alt.Data:
     """Rows as JSON-ready dicts: dates and instants become ISO strings."""
+
     def conv(v: Any) -> Any:
         return v.isoformat() if isinstance(v, date | datetime) else v
 
-    return alt.Data(values=[{k: conv(v) for k, v in row.items()} for row in df.iter_rows(
-        named=True)])
+    return alt.Data(
+        values=[{k: conv(v) for k, v in row.items()} for row in df.iter_rows(named=True)]
+    )
 
 
 def _title(text: str, subtitle: str | None = None) -> alt.TitleParams:
@@ -47,25 +54,29 @@ def risk_levels_chart(risk: pl.DataFrame) -> alt.Chart:
         .encode(
             x=alt.X("containers:Q", title="Containers (count)"),
             y=alt.Y("risk_level:N", title="Risk level", sort=list(LEVELS)),
-            color=alt.Color("risk_level:N", legend=None, scale=alt.Scale(
-                domain=list(LEVEL_COLORS), range=list(LEVEL_COLORS.values()))),
-            tooltip=[alt.Tooltip("risk_level:N", title="Risk level"),
-                     alt.Tooltip("containers:Q", title="Containers")],
+            color=alt.Color(
+                "risk_level:N",
+                legend=None,
+                scale=alt.Scale(domain=list(LEVEL_COLORS), range=list(LEVEL_COLORS.values())),
+            ),
+            tooltip=[
+                alt.Tooltip("risk_level:N", title="Risk level"),
+                alt.Tooltip("containers:Q", title="Containers"),
+            ],
         )
         .properties(title=_title("Containers by risk level", "count of containers"))
     )
 
 
-def _exposure_chart(df: pl.DataFrame, label: str, label_title: str, title: str,
-                    currency: str) -> alt.Chart:
+def _exposure_chart(
+    df: pl.DataFrame, label: str, label_title: str, title: str, currency: str
+) -> alt.Chart:
     df = df.sort("projected_demurrage", descending=True, nulls_last=True).head(TOP_N)
     order = df[label].to_list()
     money = f"Demurrage ({currency})"
     base = alt.Chart(_values(df), width=WIDTH, height=max(120, 22 * max(df.height, 1)))
     return (
-        base.transform_fold(
-            ["projected_demurrage", "accrued_demurrage"], as_=["measure", "amount"]
-        )
+        base.transform_fold(["projected_demurrage", "accrued_demurrage"], as_=["measure", "amount"])
         .transform_calculate(
             measure="datum.measure === 'projected_demurrage' ? 'projected' : 'accrued so far'"
         )
@@ -73,8 +84,13 @@ def _exposure_chart(df: pl.DataFrame, label: str, label_title: str, title: str,
         .encode(
             x=alt.X("amount:Q", title=money, stack=None, axis=alt.Axis(format=",.0f")),
             y=alt.Y(f"{label}:N", title=label_title, sort=order),
-            color=alt.Color("measure:N", title="Demurrage", scale=alt.Scale(
-                domain=["projected", "accrued so far"], range=["#90caf9", "#1565c0"])),
+            color=alt.Color(
+                "measure:N",
+                title="Demurrage",
+                scale=alt.Scale(
+                    domain=["projected", "accrued so far"], range=["#90caf9", "#1565c0"]
+                ),
+            ),
             tooltip=[
                 alt.Tooltip(f"{label}:N", title=label_title),
                 alt.Tooltip("containers:Q", title="Active containers"),
@@ -82,36 +98,58 @@ def _exposure_chart(df: pl.DataFrame, label: str, label_title: str, title: str,
                 alt.Tooltip("due_today:Q", title="Due today"),
                 alt.Tooltip("imminent:Q", title="Imminent (1-3 days)"),
                 alt.Tooltip("accrued_demurrage:Q", title=f"Accrued ({currency})", format=",.0f"),
-                alt.Tooltip("projected_demurrage:Q", title=f"Projected ({currency})",
-                            format=",.0f"),
+                alt.Tooltip(
+                    "projected_demurrage:Q", title=f"Projected ({currency})", format=",.0f"
+                ),
                 alt.Tooltip("uncosted:Q", title="Uncosted containers"),
             ],
         )
-        .properties(title=_title(title, f"active containers, {currency}; top {TOP_N} by "
-                                        "projected demurrage; uncosted boxes not included"))
+        .properties(
+            title=_title(
+                title,
+                f"active containers, {currency}; top {TOP_N} by "
+                "projected demurrage; uncosted boxes not included",
+            )
+        )
     )
 
 
 def exposure_by_terminal_chart(risk: pl.DataFrame, currency: str | None = None) -> alt.Chart:
     df = d.exposure_by_terminal(risk).with_columns(
         terminal=pl.concat_str(
-            [pl.col("pod_terminal_name").fill_null("(no terminal)"), pl.lit(" ("),
-             pl.col("port_of_discharge_locode").fill_null("?"), pl.lit(")")]
+            [
+                pl.col("pod_terminal_name").fill_null("(no terminal)"),
+                pl.lit(" ("),
+                pl.col("port_of_discharge_locode").fill_null("?"),
+                pl.lit(")"),
+            ]
         )
     )
-    return _exposure_chart(df, "terminal", "Terminal (port)", "Demurrage exposure by terminal",
-                           currency or d.currency_label(risk))
+    return _exposure_chart(
+        df,
+        "terminal",
+        "Terminal (port)",
+        "Demurrage exposure by terminal",
+        currency or d.currency_label(risk),
+    )
 
 
 def exposure_by_carrier_chart(risk: pl.DataFrame, currency: str | None = None) -> alt.Chart:
     df = d.exposure_by_carrier(risk).with_columns(
-        pl.col("shipping_line_scac").fill_null("(unknown)"))
-    return _exposure_chart(df, "shipping_line_scac", "Carrier (SCAC)",
-                           "Demurrage exposure by carrier", currency or d.currency_label(risk))
+        pl.col("shipping_line_scac").fill_null("(unknown)")
+    )
+    return _exposure_chart(
+        df,
+        "shipping_line_scac",
+        "Carrier (SCAC)",
+        "Demurrage exposure by carrier",
+        currency or d.currency_label(risk),
+    )
 
 
-def lfd_calendar_chart(risk: pl.DataFrame, today: date, currency: str | None = None,
-                       days: int = d.CALENDAR_DAYS) -> alt.LayerChart:
+def lfd_calendar_chart(
+    risk: pl.DataFrame, today: date, currency: str | None = None, days: int = d.CALENDAR_DAYS
+) -> alt.LayerChart:
     """Boxes whose LFD falls on each of the next ``days`` days (by state) and their cost."""
     currency = currency or d.currency_label(risk)
     cal = d.lfd_calendar(risk, today, days).with_columns(
@@ -124,19 +162,30 @@ def lfd_calendar_chart(risk: pl.DataFrame, today: date, currency: str | None = N
         .transform_fold(["ready", "on_hold", "other"], as_=["state", "count"])
         .transform_calculate(
             state="datum.state === 'on_hold' ? 'on hold' : "
-                  "(datum.state === 'ready' ? 'ready' : 'not ready yet')"
+            "(datum.state === 'ready' ? 'ready' : 'not ready yet')"
         )
         .mark_bar()
         .encode(
-            x=alt.X("day:O", title="Last free day (local date)", sort=order,
-                    axis=alt.Axis(labelAngle=-40)),
+            x=alt.X(
+                "day:O",
+                title="Last free day (local date)",
+                sort=order,
+                axis=alt.Axis(labelAngle=-40),
+            ),
             y=alt.Y("count:Q", title="Containers with LFD that day (count)", stack="zero"),
-            color=alt.Color("state:N", title="Container state", scale=alt.Scale(
-                domain=["ready", "on hold", "not ready yet"],
-                range=["#66bb6a", "#e53935", "#bdbdbd"])),
-            tooltip=[alt.Tooltip("lfd_date:N", title="LFD"),
-                     alt.Tooltip("state:N", title="State"),
-                     alt.Tooltip("count:Q", title="Containers")],
+            color=alt.Color(
+                "state:N",
+                title="Container state",
+                scale=alt.Scale(
+                    domain=["ready", "on hold", "not ready yet"],
+                    range=["#66bb6a", "#e53935", "#bdbdbd"],
+                ),
+            ),
+            tooltip=[
+                alt.Tooltip("lfd_date:N", title="LFD"),
+                alt.Tooltip("state:N", title="State"),
+                alt.Tooltip("count:Q", title="Containers"),
+            ],
         )
     )
     cost = (
@@ -144,22 +193,31 @@ def lfd_calendar_chart(risk: pl.DataFrame, today: date, currency: str | None = N
         .mark_line(point=True, color="#1565c0")
         .encode(
             x=alt.X("day:O", sort=order),
-            y=alt.Y("projected_demurrage:Q", title=f"Projected demurrage ({currency})",
-                    axis=alt.Axis(format=",.0f", titleColor="#1565c0")),
-            tooltip=[alt.Tooltip("lfd_date:N", title="LFD"),
-                     alt.Tooltip("boxes:Q", title="Containers"),
-                     alt.Tooltip("projected_demurrage:Q", title=f"Projected ({currency})",
-                                 format=",.0f")],
+            y=alt.Y(
+                "projected_demurrage:Q",
+                title=f"Projected demurrage ({currency})",
+                axis=alt.Axis(format=",.0f", titleColor="#1565c0"),
+            ),
+            tooltip=[
+                alt.Tooltip("lfd_date:N", title="LFD"),
+                alt.Tooltip("boxes:Q", title="Containers"),
+                alt.Tooltip(
+                    "projected_demurrage:Q", title=f"Projected ({currency})", format=",.0f"
+                ),
+            ],
         )
     )
     return (
         alt.layer(bars, cost)
         .resolve_scale(y="independent")
         .properties(
-            width=WIDTH, height=260,
-            title=_title(f"LFD calendar: next {days} days from {today:%Y-%m-%d}",
-                         f"bars: containers by state (left axis); line: projected demurrage "
-                         f"in {currency} (right axis)"),
+            width=WIDTH,
+            height=260,
+            title=_title(
+                f"LFD calendar: next {days} days from {today:%Y-%m-%d}",
+                f"bars: containers by state (left axis); line: projected demurrage "
+                f"in {currency} (right axis)",
+            ),
         )
     )
 
@@ -167,29 +225,46 @@ def lfd_calendar_chart(risk: pl.DataFrame, today: date, currency: str | None = N
 def holds_chart(risk: pl.DataFrame) -> alt.Chart:
     """Active containers per hold type: blocking holds and pending (warning) holds."""
     df = d.holds_breakdown(risk)
-    order = (df.group_by("hold").agg(pl.col("containers").sum())
-             .sort(["containers", "hold"], descending=[True, False])["hold"].to_list())
+    order = (
+        df.group_by("hold")
+        .agg(pl.col("containers").sum())
+        .sort(["containers", "hold"], descending=[True, False])["hold"]
+        .to_list()
+    )
     return (
         alt.Chart(_values(df), width=WIDTH, height=max(120, 26 * max(len(order), 1)))
         .mark_bar()
         .encode(
-            x=alt.X("containers:Q", title="Active containers (count)",
-                    axis=alt.Axis(tickMinStep=1)),
+            x=alt.X(
+                "containers:Q", title="Active containers (count)", axis=alt.Axis(tickMinStep=1)
+            ),
             y=alt.Y("hold:N", title="Hold", sort=order),
-            color=alt.Color("status:N", title="Hold status", scale=alt.Scale(
-                domain=["blocking", "pending"], range=["#e53935", "#ffb300"])),
-            tooltip=[alt.Tooltip("hold:N", title="Hold"), alt.Tooltip("status:N", title="Status"),
-                     alt.Tooltip("containers:Q", title="Containers")],
+            color=alt.Color(
+                "status:N",
+                title="Hold status",
+                scale=alt.Scale(domain=["blocking", "pending"], range=["#e53935", "#ffb300"]),
+            ),
+            tooltip=[
+                alt.Tooltip("hold:N", title="Hold"),
+                alt.Tooltip("status:N", title="Status"),
+                alt.Tooltip("containers:Q", title="Containers"),
+            ],
         )
-        .properties(title=_title("Holds on active containers",
-                                 "blocking holds stop pickup; pending holds are a warning"))
+        .properties(
+            title=_title(
+                "Holds on active containers",
+                "blocking holds stop pickup; pending holds are a warning",
+            )
+        )
     )
 
 
-def _boxplot(df: pl.DataFrame, value: str, group: str, x_title: str, y_title: str,
-             title: str, subtitle: str) -> alt.Chart:
-    order = (df.group_by(group).agg(pl.col(value).median())
-             .sort(value, descending=True)[group].to_list())
+def _boxplot(
+    df: pl.DataFrame, value: str, group: str, x_title: str, y_title: str, title: str, subtitle: str
+) -> alt.Chart:
+    order = (
+        df.group_by(group).agg(pl.col(value).median()).sort(value, descending=True)[group].to_list()
+    )
     return (
         alt.Chart(_values(df), width=WIDTH, height=max(120, 24 * max(len(order), 1)))
         .mark_boxplot(extent=1.5, color="#5c6bc0")
@@ -206,10 +281,16 @@ def dwell_chart(risk: pl.DataFrame) -> alt.Chart:
     df = risk.select(
         pl.col("port_of_discharge_locode").fill_null("(unknown)").alias("port"), "dwell_days"
     ).drop_nulls("dwell_days")
-    return _boxplot(df, "dwell_days", "port", "Dwell at port of discharge (days)",
-                    "Port of discharge (UN/LOCODE)", "Dwell distribution by port",
-                    "discharge to port exit, or to the as-of time if still there; "
-                    "box = quartiles, whiskers = 1.5 IQR")
+    return _boxplot(
+        df,
+        "dwell_days",
+        "port",
+        "Dwell at port of discharge (days)",
+        "Port of discharge (UN/LOCODE)",
+        "Dwell distribution by port",
+        "discharge to port exit, or to the as-of time if still there; "
+        "box = quartiles, whiskers = 1.5 IQR",
+    )
 
 
 def eta_slip_chart(risk: pl.DataFrame) -> alt.Chart:
@@ -217,9 +298,15 @@ def eta_slip_chart(risk: pl.DataFrame) -> alt.Chart:
     df = risk.select(
         pl.col("shipping_line_scac").fill_null("(unknown)").alias("carrier"), "eta_slip_days"
     ).drop_nulls("eta_slip_days")
-    return _boxplot(df, "eta_slip_days", "carrier", "ETA slip (days; positive = late)",
-                    "Carrier (SCAC)", "ETA slip by carrier",
-                    "actual (else latest) arrival minus original ETA at the port of discharge")
+    return _boxplot(
+        df,
+        "eta_slip_days",
+        "carrier",
+        "ETA slip (days; positive = late)",
+        "Carrier (SCAC)",
+        "ETA slip by carrier",
+        "actual (else latest) arrival minus original ETA at the port of discharge",
+    )
 
 
 def all_charts(rd: d.RiskData) -> dict[str, alt.TopLevelMixin]:

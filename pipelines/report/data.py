@@ -54,8 +54,9 @@ class RiskData:
 
     def filtered(self, **criteria: Iterable[str] | None) -> RiskData:
         """The same picture restricted by :func:`filter_risk` criteria."""
-        return RiskData(filter_risk(self.risk, **criteria), self.as_of, self.source,
-                        self.duckdb_path)
+        return RiskData(
+            filter_risk(self.risk, **criteria), self.as_of, self.source, self.duckdb_path
+        )
 
 
 def _path(duckdb_path: str | Path | None) -> Path:
@@ -109,8 +110,9 @@ def load_risk(
     return RiskData(df, when, "computed", path)
 
 
-def query(duckdb_path: str | Path | None, sql: str,
-          params: Sequence[object] | None = None) -> pl.DataFrame:
+def query(
+    duckdb_path: str | Path | None, sql: str, params: Sequence[object] | None = None
+) -> pl.DataFrame:
     """Run one read-only query on a brief connection; the result as a polars frame."""
     with reading(_path(duckdb_path)) as con:
         con.execute("SET TimeZone = 'UTC'")
@@ -118,6 +120,7 @@ def query(duckdb_path: str | Path | None, sql: str,
 
 
 # ---- pure helpers on the risk frame ---------------------------------------------------------
+
 
 def risk_today(risk: pl.DataFrame, as_of: datetime) -> date:
     if risk.height and "today_local" in risk.columns:
@@ -157,8 +160,9 @@ def filter_risk(risk: pl.DataFrame, **criteria: Iterable[str] | None) -> pl.Data
     """
     unknown = set(criteria) - set(FILTER_COLUMNS)
     if unknown:
-        raise ValueError(f"unknown filter(s) {', '.join(sorted(unknown))}; "
-                         f"use {', '.join(FILTER_COLUMNS)}")
+        raise ValueError(
+            f"unknown filter(s) {', '.join(sorted(unknown))}; use {', '.join(FILTER_COLUMNS)}"
+        )
     out = risk
     for key, values in criteria.items():
         chosen = list(values or [])
@@ -212,17 +216,33 @@ def level_counts(risk: pl.DataFrame) -> pl.DataFrame:
     """Containers per risk level, in urgency order (levels with none included)."""
     counts = dict(risk.group_by("risk_level").len().iter_rows()) if risk.height else {}
     return pl.DataFrame(
-        {"risk_level": list(LEVELS), "containers": [int(counts.get(lv, 0)) for lv in LEVELS],
-         "order": list(range(len(LEVELS)))},
+        {
+            "risk_level": list(LEVELS),
+            "containers": [int(counts.get(lv, 0)) for lv in LEVELS],
+            "order": list(range(len(LEVELS))),
+        },
         schema={"risk_level": pl.String, "containers": pl.Int64, "order": pl.Int64},
     )
 
 
 AT_RISK_COLUMNS = [
-    "risk_level", "container_number", "lfd_date", "lfd_source", "days_to_lfd",
-    "working_days_to_lfd", "ready_for_pickup", "blocking_holds", "pending_holds",
-    "pickup_appointment_at", "accrued_demurrage", "projected_demurrage", "pod_terminal_name",
-    "port_of_discharge_locode", "shipping_line_scac", "customer_name", "risk_reason",
+    "risk_level",
+    "container_number",
+    "lfd_date",
+    "lfd_source",
+    "days_to_lfd",
+    "working_days_to_lfd",
+    "ready_for_pickup",
+    "blocking_holds",
+    "pending_holds",
+    "pickup_appointment_at",
+    "accrued_demurrage",
+    "projected_demurrage",
+    "pod_terminal_name",
+    "port_of_discharge_locode",
+    "shipping_line_scac",
+    "customer_name",
+    "risk_reason",
 ]
 
 
@@ -234,8 +254,7 @@ def at_risk_table(risk: pl.DataFrame, levels: Sequence[str] = AT_RISK_LEVELS) ->
         risk.filter(c("risk_level").is_in(list(levels)))
         .with_columns(_rank=c("risk_level").replace_strict(rank, default=len(LEVELS)))
         .sort(
-            ["_rank", "days_to_lfd", "ready_for_pickup", "projected_demurrage",
-             "container_number"],
+            ["_rank", "days_to_lfd", "ready_for_pickup", "projected_demurrage", "container_number"],
             descending=[False, False, True, True, False],
             nulls_last=True,
         )

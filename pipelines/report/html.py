@@ -65,14 +65,23 @@ def _cell(column: str, value: Any, currency: str) -> str:
 
 
 TABLE_HEADERS = {
-    "risk_level": "Level", "container_number": "Container", "lfd_date": "LFD",
-    "lfd_source": "LFD source", "days_to_lfd": "Days to LFD",
-    "working_days_to_lfd": "Working days", "ready_for_pickup": "Ready",
-    "blocking_holds": "Blocking holds", "pending_holds": "Pending holds",
-    "pickup_appointment_at": "Appointment", "accrued_demurrage": "Accrued",
-    "projected_demurrage": "Projected", "pod_terminal_name": "Terminal",
-    "port_of_discharge_locode": "Port", "shipping_line_scac": "Carrier",
-    "customer_name": "Customer", "risk_reason": "Why",
+    "risk_level": "Level",
+    "container_number": "Container",
+    "lfd_date": "LFD",
+    "lfd_source": "LFD source",
+    "days_to_lfd": "Days to LFD",
+    "working_days_to_lfd": "Working days",
+    "ready_for_pickup": "Ready",
+    "blocking_holds": "Blocking holds",
+    "pending_holds": "Pending holds",
+    "pickup_appointment_at": "Appointment",
+    "accrued_demurrage": "Accrued",
+    "projected_demurrage": "Projected",
+    "pod_terminal_name": "Terminal",
+    "port_of_discharge_locode": "Port",
+    "shipping_line_scac": "Carrier",
+    "customer_name": "Customer",
+    "risk_reason": "Why",
 }
 
 
@@ -85,10 +94,15 @@ def _table(rows: pl.DataFrame, currency: str) -> str:
         "<tr>" + "".join(_cell(c, r[c], currency) for c in shown.columns) + "</tr>"
         for r in shown.iter_rows(named=True)
     )
-    more = (f'<p class="note">Showing the {MAX_TABLE_ROWS} most urgent of {rows.height}.</p>'
-            if rows.height > MAX_TABLE_ROWS else "")
-    return (f'<table id="at-risk"><thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>'
-            f"</table>{more}")
+    more = (
+        f'<p class="note">Showing the {MAX_TABLE_ROWS} most urgent of {rows.height}.</p>'
+        if rows.height > MAX_TABLE_ROWS
+        else ""
+    )
+    return (
+        f'<table id="at-risk"><thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>'
+        f"</table>{more}"
+    )
 
 
 def _kpis(s: dict[str, float | int], currency: str) -> str:
@@ -163,8 +177,11 @@ def render_report(rd: d.RiskData, generated_at: datetime | None = None) -> str:
         f'<figure><div id="chart-{key}" class="chart" data-chart="{key}"></div></figure>'
         for key in specs
     )
-    source = ("the published risk run (analytics.demurrage_risk)" if rd.source == "published"
-              else "risk recomputed in memory at this as-of from the terminal49 tables")
+    source = (
+        "the published risk run (analytics.demurrage_risk)"
+        if rd.source == "published"
+        else "risk recomputed in memory at this as-of from the terminal49 tables"
+    )
     rows = d.at_risk_table(rd.risk)
     title = f"Demurrage risk as of {rd.as_of:%Y-%m-%d %H:%M} UTC"
     return f"""<!doctype html>

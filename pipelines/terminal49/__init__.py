@@ -105,8 +105,13 @@ def terminal49_source(
         batch, records = Batch(), 0
         for spec in lists:
             scan = ListScan(
-                client, spec.kind, spec.path, spec.include,
-                filters=spec.filters, on_page=on_page, claims=claims,
+                client,
+                spec.kind,
+                spec.path,
+                spec.include,
+                filters=spec.filters,
+                on_page=on_page,
+                claims=claims,
             )
             for page in scan:
                 for name, table in page.tables.items():
@@ -125,5 +130,10 @@ def terminal49_source(
 
 
 __all__ = [
-    "TABLE_HINTS", "Batch", "ListSpec", "Terminal49Client", "table_resource", "terminal49_source",
+    "TABLE_HINTS",
+    "Batch",
+    "ListSpec",
+    "Terminal49Client",
+    "table_resource",
+    "terminal49_source",
 ]

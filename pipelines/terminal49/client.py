@@ -103,9 +103,7 @@ def parse_json(body: bytes) -> Any:
         if exc.pos >= len(body):
             raise UnreadableBody(f"the body ends early ({len(body)} bytes)") from None
         found = _TOKEN.match(body, exc.pos)
-        token = (found.group() if found else body[exc.pos : exc.pos + 1]).decode(
-            "utf-8", "replace"
-        )
+        token = (found.group() if found else body[exc.pos : exc.pos + 1]).decode("utf-8", "replace")
         raise MalformedBody(
             f"the API sent JSON that cannot be parsed: {token} at byte {exc.pos} ({exc.msg})"
         ) from None
@@ -257,7 +255,9 @@ class Terminal49Client:
         are the constructor's keyword arguments (concurrency, transport, retries)."""
         options.setdefault("stall_seconds", api.stall_seconds)
         return cls(
-            api.base_url, api.api_key or "", rate_limit_per_minute=api.rate_limit_per_minute,
+            api.base_url,
+            api.api_key or "",
+            rate_limit_per_minute=api.rate_limit_per_minute,
             **options,
         )
 

@@ -69,20 +69,27 @@ COLUMN_COMMENTS: dict[str, dict[str, str]] = {
             for field, what in (
                 ("original", "the {} first LFD."),
                 ("current", "the {} current LFD."),
-                ("calculated", "the {} LFD calculated from the tariff (shown only to eligible "
-                 "accounts)."),
+                (
+                    "calculated",
+                    "the {} LFD calculated from the tariff (shown only to eligible accounts).",
+                ),
                 ("manual", "true when the {} LFD is a manual override."),
             )
         },
-        "pod_lfd_unified": _pod("unified.current_value", "the POD deadline (NULL: unknown, never "
-                                "a legacy LFD)."),
-        "pod_lfd_unified_selection": _pod("unified.current_selection", "the source "
-                                          "pod_lfd_unified comes from (facility, line, "
-                                          "line_calculated, ...).", False),
-        "pod_lfd_unified_original": _pod("unified.original_value", "the first unified POD "
-                                         "deadline."),
-        "pod_lfd_unified_original_selection": _pod("unified.original_selection", "the source of "
-                                                   "pod_lfd_unified_original.", False),
+        "pod_lfd_unified": _pod(
+            "unified.current_value", "the POD deadline (NULL: unknown, never a legacy LFD)."
+        ),
+        "pod_lfd_unified_selection": _pod(
+            "unified.current_selection",
+            "the source pod_lfd_unified comes from (facility, line, line_calculated, ...).",
+            False,
+        ),
+        "pod_lfd_unified_original": _pod(
+            "unified.original_value", "the first unified POD deadline."
+        ),
+        "pod_lfd_unified_original_selection": _pod(
+            "unified.original_selection", "the source of pod_lfd_unified_original.", False
+        ),
         "available_for_pickup": "Terminal says the box can be picked up (when availability_known).",
         "holds_at_pod_terminal_known": "False when the API reported holds as null.",
         "fees_at_pod_terminal_known": "False when the API reported fees as null (not reported).",
@@ -110,13 +117,18 @@ def apply_comments(con: duckdb.DuckDBPyConnection, dataset: str) -> int:
     A repeat load finds them all in place and writes nothing (it used to rewrite about 50
     comments each time, and the write ended in a checkpoint).
     """
-    tables = dict(con.execute(
-        "SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = ?", [dataset]
-    ).fetchall())
-    columns = {(t, c): text for t, c, text in con.execute(
-        "SELECT table_name, column_name, comment FROM duckdb_columns() WHERE schema_name = ?",
-        [dataset],
-    ).fetchall()}
+    tables = dict(
+        con.execute(
+            "SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = ?", [dataset]
+        ).fetchall()
+    )
+    columns = {
+        (t, c): text
+        for t, c, text in con.execute(
+            "SELECT table_name, column_name, comment FROM duckdb_columns() WHERE schema_name = ?",
+            [dataset],
+        ).fetchall()
+    }
     statements = [
         f'COMMENT ON TABLE "{dataset}"."{table}" IS {_lit(text)}'
         for table, text in TABLE_COMMENTS.items()

@@ -64,6 +64,7 @@ REPRESENTATION_ATTRIBUTES: dict[str, pa.DataType | str] = {
     "updated_at": settings.TS,
 }
 
+
 def _hints(attributes: Mapping[str, pa.DataType | str]) -> dict[str, Any]:
     return column_hints(
         {k: {"data_type": "json"} for k, v in attributes.items() if v == settings.JSON}
@@ -154,7 +155,11 @@ class _ListPages:
     """
 
     def __init__(
-        self, client: Terminal49Client, path: str, include: str | None, page_size: int,
+        self,
+        client: Terminal49Client,
+        path: str,
+        include: str | None,
+        page_size: int,
         passes: int = 3,
     ) -> None:
         self.client, self.path, self.include = client, path, include

@@ -475,8 +475,10 @@ def _child_table(
     cols.update(_extra_columns(kept, set(columns), [*cols, *columns, *_CHILD_OWN]))
     cols["_deleted"] = pa.array([p < 0 for p in positions], pa.bool_())
     cols["fetched_at"] = _instants(fetched_at, records_of_rows)
-    fields = [pa.field(k, v.type, nullable=k not in ("container_id", "position", "fetched_at"))
-              for k, v in cols.items()]
+    fields = [
+        pa.field(k, v.type, nullable=k not in ("container_id", "position", "fetched_at"))
+        for k, v in cols.items()
+    ]
     return pa.Table.from_arrays(list(cols.values()), schema=pa.schema(fields))
 
 
@@ -490,7 +492,10 @@ def fees_table(records: Sequence[Resource], fetched_at: Fetched) -> pa.Table:
     """``fees_at_pod_terminal`` as rows (container_id, position, type, amount, currency_code,
     fetched_at)."""
     return _child_table(
-        records, "fees_at_pod_terminal", settings.FEE_COLUMNS, {"amount": pa.float64()},
+        records,
+        "fees_at_pod_terminal",
+        settings.FEE_COLUMNS,
+        {"amount": pa.float64()},
         fetched_at,
     )
 
@@ -498,7 +503,9 @@ def fees_table(records: Sequence[Resource], fetched_at: Fetched) -> pa.Table:
 def shipments_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
     """One row per shipment: attributes and relationship ids (``<relationship>_id``)."""
     cols = _resource_columns(
-        records, settings.SHIPMENT_ATTRIBUTES, settings.SHIPMENT_RELATIONSHIPS,
+        records,
+        settings.SHIPMENT_ATTRIBUTES,
+        settings.SHIPMENT_RELATIONSHIPS,
         derived=["destination_type"],
     )
     cols["destination_type"] = pa.array(

@@ -209,13 +209,15 @@ FEE_COLUMNS = ("type", "amount", "currency_code")
 # The columns each table declares (attributes and the columns made of them): their type is the
 # one declared here, whatever type an older warehouse has for them (see flatten.ColumnTypes).
 DECLARED_COLUMNS: dict[str, frozenset[str]] = {
-    "containers": frozenset((
-        *CONTAINER_ATTRIBUTES,
-        *(name + WIRE_SUFFIX for name in LFD_ATTRIBUTES),
-        *IMPORT_DEADLINES,
-        HAS_POD_DEADLINES,
-        *POD_DEADLINES,
-    )),
+    "containers": frozenset(
+        (
+            *CONTAINER_ATTRIBUTES,
+            *(name + WIRE_SUFFIX for name in LFD_ATTRIBUTES),
+            *IMPORT_DEADLINES,
+            HAS_POD_DEADLINES,
+            *POD_DEADLINES,
+        )
+    ),
     "container_holds": frozenset(HOLD_COLUMNS),
     "container_fees": frozenset(FEE_COLUMNS),
     "shipments": frozenset(SHIPMENT_ATTRIBUTES),

@@ -60,8 +60,10 @@ class AuthSettings:
     resource_url: str | None = None
 
     def __repr__(self) -> str:
-        return (f"AuthSettings(token=<{'set' if self.token else 'missing'}>, "
-                f"issuer={self.issuer!r}, resource_url={self.resource_url!r})")
+        return (
+            f"AuthSettings(token=<{'set' if self.token else 'missing'}>, "
+            f"issuer={self.issuer!r}, resource_url={self.resource_url!r})"
+        )
 
     @property
     def open(self) -> bool:
@@ -72,12 +74,19 @@ class AuthSettings:
     def resolve(cls, resource_url: str, issuer: str | None = None) -> AuthSettings:
         """Each unset value from the environment, then dlt config/secrets."""
         token = os.environ.get("FREETIME_MCP_TOKEN") or _dlt("mcp.token", secret=True)
-        issuer = (issuer or os.environ.get("FREETIME_MCP_ISSUER") or _dlt("mcp.issuer", False))
+        issuer = issuer or os.environ.get("FREETIME_MCP_ISSUER") or _dlt("mcp.issuer", False)
         jwks = os.environ.get("FREETIME_MCP_JWKS_URL") or _dlt("mcp.jwks_url", False)
-        resource = (os.environ.get("FREETIME_MCP_RESOURCE_URL")
-                    or _dlt("mcp.resource_url", False) or resource_url)
-        return cls(token=token, issuer=issuer.rstrip("/") if issuer else None,
-                   jwks_url=jwks, resource_url=resource.rstrip("/"))
+        resource = (
+            os.environ.get("FREETIME_MCP_RESOURCE_URL")
+            or _dlt("mcp.resource_url", False)
+            or resource_url
+        )
+        return cls(
+            token=token,
+            issuer=issuer.rstrip("/") if issuer else None,
+            jwks_url=jwks,
+            resource_url=resource.rstrip("/"),
+        )
 
 
 def check_bind(host: str, settings: AuthSettings) -> None:
@@ -85,7 +94,8 @@ def check_bind(host: str, settings: AuthSettings) -> None:
     if settings.open and host not in LOOPBACK:
         raise AuthConfigError(
             f"refusing to listen on {host} without credentials: set FREETIME_MCP_TOKEN (or the "
-            "dlt secret mcp.token) or an OAuth issuer (FREETIME_MCP_ISSUER), or bind to 127.0.0.1")
+            "dlt secret mcp.token) or an OAuth issuer (FREETIME_MCP_ISSUER), or bind to 127.0.0.1"
+        )
 
 
 class JwtVerifier:
@@ -104,8 +114,10 @@ class JwtVerifier:
         return self._client
 
     def _discover(self) -> str:
-        for suffix in ("/.well-known/oauth-authorization-server",
-                       "/.well-known/openid-configuration"):
+        for suffix in (
+            "/.well-known/oauth-authorization-server",
+            "/.well-known/openid-configuration",
+        ):
             try:
                 r = httpx.get(self.issuer + suffix, timeout=5.0)
                 if r.status_code == 200 and r.json().get("jwks_uri"):
@@ -119,9 +131,14 @@ class JwtVerifier:
         try:
             key = self._keys().get_signing_key_from_jwt(token)
             claims: dict[str, Any] = jwt.decode(
-                token, key.key, algorithms=["RS256", "ES256", "PS256", "EdDSA"],
-                audience=[self.audience, self.audience + "/"], issuer=self.issuer,
-                options={"require": ["exp", "iss", "aud"]}, leeway=5)
+                token,
+                key.key,
+                algorithms=["RS256", "ES256", "PS256", "EdDSA"],
+                audience=[self.audience, self.audience + "/"],
+                issuer=self.issuer,
+                options={"require": ["exp", "iss", "aud"]},
+                leeway=5,
+            )
         except (jwt.PyJWTError, httpx.HTTPError):
             return None
         return claims
@@ -134,8 +151,11 @@ class AuthMiddleware:
     def __init__(self, app: ASGIApp, settings: AuthSettings) -> None:
         self.app = app
         self.settings = settings
-        self.verifier = (JwtVerifier(settings.issuer, settings.resource_url or "",
-                                     settings.jwks_url) if settings.issuer else None)
+        self.verifier = (
+            JwtVerifier(settings.issuer, settings.resource_url or "", settings.jwks_url)
+            if settings.issuer
+            else None
+        )
         self.metadata_url = f"{settings.resource_url}{METADATA_PATH}"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -144,12 +164,16 @@ class AuthMiddleware:
             return
         path = scope.get("path", "")
         if self.settings.issuer and path.startswith(METADATA_PATH):
-            await self._json(send, 200, {
-                "resource": self.settings.resource_url,
-                "authorization_servers": [self.settings.issuer],
-                "bearer_methods_supported": ["header"],
-                "resource_name": "freetime warehouse",
-            })
+            await self._json(
+                send,
+                200,
+                {
+                    "resource": self.settings.resource_url,
+                    "authorization_servers": [self.settings.issuer],
+                    "bearer_methods_supported": ["header"],
+                    "resource_name": "freetime warehouse",
+                },
+            )
             return
         header = ""
         for k, v in scope.get("headers", []):
@@ -169,28 +193,54 @@ class AuthMiddleware:
                 scope.setdefault("state", {})["freetime_auth"] = {"sub": claims.get("sub")}
                 await self.app(scope, receive, send)
                 return
-            await self._deny(send, "invalid_token", "the bearer token is not valid for this "
-                             "server (signature, issuer, audience or expiry)")
+            await self._deny(
+                send,
+                "invalid_token",
+                "the bearer token is not valid for this "
+                "server (signature, issuer, audience or expiry)",
+            )
             return
         if scheme.lower() == "bearer" and self.verifier is None:
-            await self._deny(send, "invalid_request",
-                             "send the API key as Authorization: Token <key>, not Bearer")
+            await self._deny(
+                send,
+                "invalid_request",
+                "send the API key as Authorization: Token <key>, not Bearer",
+            )
             return
         await self._deny(send, "invalid_request", "credentials required")
 
     async def _deny(self, send: Send, error: str, description: str) -> None:
         if self.settings.issuer:
-            challenge = (f'Bearer error="{error}", error_description="{description}", '
-                         f'resource_metadata="{self.metadata_url}"')
+            challenge = (
+                f'Bearer error="{error}", error_description="{description}", '
+                f'resource_metadata="{self.metadata_url}"'
+            )
         else:
             challenge = 'Token realm="freetime"'
-        await self._json(send, 401, {"error": error, "error_description": description},
-                         [(b"www-authenticate", challenge.encode())])
+        await self._json(
+            send,
+            401,
+            {"error": error, "error_description": description},
+            [(b"www-authenticate", challenge.encode())],
+        )
 
-    async def _json(self, send: Send, status: int, body: dict[str, Any],
-                    headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    async def _json(
+        self,
+        send: Send,
+        status: int,
+        body: dict[str, Any],
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
         data = json.dumps(body).encode()
-        await send({"type": "http.response.start", "status": status, "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(data)).encode()), *(headers or [])]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(data)).encode()),
+                    *(headers or []),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": data})

@@ -42,18 +42,40 @@ RANKED = f"{OWN}.risk_ranked"
 SEARCH_KEYS = f"{OWN}.search_keys"
 #: (schema, table, column) a call looks rows up by: each gets an index in the snapshot.
 LOOKUPS = (
-    (T, "containers", "number"), (T, "containers", "id"), (A, "demurrage_risk", "container_id"),
-    (T, "shipments", "id"), (T, "container_holds", "container_id"),
+    (T, "containers", "number"),
+    (T, "containers", "id"),
+    (A, "demurrage_risk", "container_id"),
+    (T, "shipments", "id"),
+    (T, "container_holds", "container_id"),
     (T, "container_fees", "container_id"),
 )
 #: The columns a risk list shows, in this order (those the risk table has).
 RISK_LIST_COLUMNS = (
-    "urgency_rank", "container_id", "container_number", "risk_level", "risk_reason",
-    "lfd_date", "lfd_source", "days_to_lfd", "working_days_to_lfd", "ready_for_pickup",
-    "blocking_holds", "pending_holds", "pickup_appointment_at", "accrued_demurrage",
-    "projected_demurrage", "currency", "costed", "port_of_discharge_locode", "pod_terminal_name",
-    "pod_terminal_firms_code", "shipping_line_scac", "customer_name", "bill_of_lading_number",
-    "current_status", "stale",
+    "urgency_rank",
+    "container_id",
+    "container_number",
+    "risk_level",
+    "risk_reason",
+    "lfd_date",
+    "lfd_source",
+    "days_to_lfd",
+    "working_days_to_lfd",
+    "ready_for_pickup",
+    "blocking_holds",
+    "pending_holds",
+    "pickup_appointment_at",
+    "accrued_demurrage",
+    "projected_demurrage",
+    "currency",
+    "costed",
+    "port_of_discharge_locode",
+    "pod_terminal_name",
+    "pod_terminal_firms_code",
+    "shipping_line_scac",
+    "customer_name",
+    "bill_of_lading_number",
+    "current_status",
+    "stale",
 )
 GroupBy = Literal["terminal", "port", "carrier", "customer", "risk_level", "lfd_date"]
 GROUP_KEYS: dict[str, tuple[str, ...]] = {
@@ -121,6 +143,7 @@ def _public(cols: Sequence[str]) -> list[str]:
 
 def _columns(snap: Snapshot, schema: str, table: str) -> list[str]:
     """:func:`columns`, remembered for the snapshot."""
+
     def read() -> list[str]:
         with snap.con.cursor() as cur:
             return columns(cur, schema, table)
@@ -140,27 +163,39 @@ def prepare(con: duckdb.DuckDBPyConnection) -> None:
     connection to a private snapshot (what exists of them: tables may be missing)."""
     for schema, table, col in LOOKUPS:
         if col in columns(con, schema, table):
-            con.execute(f"CREATE INDEX {quote(f'{OWN}_{table}_{col}')} "
-                        f"ON {schema}.{table} ({quote(col)})")
+            con.execute(
+                f"CREATE INDEX {quote(f'{OWN}_{table}_{col}')} ON {schema}.{table} ({quote(col)})"
+            )
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {OWN}")
     if columns(con, A, "demurrage_risk"):
-        con.execute(f"CREATE TABLE {RANKED} AS SELECT row_number() OVER ({URGENCY_ORDER}) "
-                    f"AS urgency_rank, * FROM {RISK} {URGENCY_ORDER}")
+        con.execute(
+            f"CREATE TABLE {RANKED} AS SELECT row_number() OVER ({URGENCY_ORDER}) "
+            f"AS urgency_rank, * FROM {RISK} {URGENCY_ORDER}"
+        )
     ccols = set(columns(con, T, "containers"))
     if {"id", "number"} <= ccols:
-        parts = [f"SELECT upper(number) AS key, id AS container_id, 1 AS rank, NULL AS ref "
-                 f"FROM {T}.containers WHERE number IS NOT NULL"]
+        parts = [
+            f"SELECT upper(number) AS key, id AS container_id, 1 AS rank, NULL AS ref "
+            f"FROM {T}.containers WHERE number IS NOT NULL"
+        ]
         scols = set(columns(con, T, "shipments"))
         if "shipment_id" in ccols and {"id", "bill_of_lading_number"} <= scols:
-            parts.append(f"SELECT upper(s.bill_of_lading_number), c.id, 2, NULL FROM "
-                         f"{T}.containers c JOIN {T}.shipments s ON s.id = c.shipment_id "
-                         "WHERE s.bill_of_lading_number IS NOT NULL")
+            parts.append(
+                f"SELECT upper(s.bill_of_lading_number), c.id, 2, NULL FROM "
+                f"{T}.containers c JOIN {T}.shipments s ON s.id = c.shipment_id "
+                "WHERE s.bill_of_lading_number IS NOT NULL"
+            )
         refs = [f"SELECT id, ref_numbers FROM {T}.containers"] if "ref_numbers" in ccols else []
         if "shipment_id" in ccols and {"id", "ref_numbers"} <= scols:
-            refs.append(f"SELECT c.id, s.ref_numbers FROM {T}.containers c "
-                        f"JOIN {T}.shipments s ON s.id = c.shipment_id")
-        parts += [f"SELECT upper(r), id, 3, r FROM (SELECT id, unnest(CAST(ref_numbers AS "
-                  f"VARCHAR[])) AS r FROM ({src})) WHERE r IS NOT NULL" for src in refs]
+            refs.append(
+                f"SELECT c.id, s.ref_numbers FROM {T}.containers c "
+                f"JOIN {T}.shipments s ON s.id = c.shipment_id"
+            )
+        parts += [
+            f"SELECT upper(r), id, 3, r FROM (SELECT id, unnest(CAST(ref_numbers AS "
+            f"VARCHAR[])) AS r FROM ({src})) WHERE r IS NOT NULL"
+            for src in refs
+        ]
         con.execute(f"CREATE TABLE {SEARCH_KEYS} AS {' UNION ALL '.join(parts)} ORDER BY key")
 
 
@@ -189,8 +224,10 @@ def containers_at_risk(
 
     if terminal:
         t = terminal.strip().lower()
-        cond.append(f"(contains(lower({col('pod_terminal_name')}), ?) "
-                    f"OR lower({col('pod_terminal_firms_code')}) = ?)")
+        cond.append(
+            f"(contains(lower({col('pod_terminal_name')}), ?) "
+            f"OR lower({col('pod_terminal_firms_code')}) = ?)"
+        )
         params += [t, t]
     if port:
         p = port.strip().upper()
@@ -205,11 +242,15 @@ def containers_at_risk(
     where = " AND ".join(f"coalesce({c}, false)" for c in cond)
     show = ", ".join(quote(c) for c in RISK_LIST_COLUMNS if c in have)
     with snap.con.cursor() as cur:
-        rows = _records(cur, f"SELECT {show} FROM {RANKED} WHERE {where} "
-                             f"ORDER BY urgency_rank LIMIT {int(limit)}", params)
+        rows = _records(
+            cur,
+            f"SELECT {show} FROM {RANKED} WHERE {where} ORDER BY urgency_rank LIMIT {int(limit)}",
+            params,
+        )
         matching, projected, accrued = cur.execute(
             f"SELECT count(*), coalesce(sum(projected_demurrage), 0), "
-            f"coalesce(sum(accrued_demurrage), 0) FROM {RANKED} WHERE {where}", params
+            f"coalesce(sum(accrued_demurrage), 0) FROM {RANKED} WHERE {where}",
+            params,
         ).fetchone() or (0, 0, 0)
         as_of = cur.execute(f"SELECT max(as_of) FROM {RANKED}").fetchone()
     return {
@@ -224,14 +265,19 @@ def containers_at_risk(
 
 
 # -- one container -------------------------------------------------------------------------
-def _row(snap: Snapshot, cur: duckdb.DuckDBPyConnection, schema: str, table: str, key: str,
-         value: Any) -> dict[str, Any] | None:
+def _row(
+    snap: Snapshot, cur: duckdb.DuckDBPyConnection, schema: str, table: str, key: str, value: Any
+) -> dict[str, Any] | None:
     """The first row of ``schema.table`` whose ``key`` is ``value`` (an index lookup)."""
     cols = _public(_columns(snap, schema, table))
     if key not in cols:
         return None
-    rows = _records(cur, f"SELECT {', '.join(quote(c) for c in cols)} FROM {schema}.{table} "
-                         f"WHERE {quote(key)} = ? LIMIT 1", [value])
+    rows = _records(
+        cur,
+        f"SELECT {', '.join(quote(c) for c in cols)} FROM {schema}.{table} "
+        f"WHERE {quote(key)} = ? LIMIT 1",
+        [value],
+    )
     return rows[0] if rows else None
 
 
@@ -243,8 +289,9 @@ def get_container(snap: Snapshot, container: str) -> dict[str, Any]:
     if not _columns(snap, T, "containers"):
         raise NotFound("the warehouse has no containers yet: run `freetime load`")
     with snap.con.cursor() as cur:
-        attrs = (_row(snap, cur, T, "containers", "number", key.upper())
-                 or _row(snap, cur, T, "containers", "id", key))
+        attrs = _row(snap, cur, T, "containers", "number", key.upper()) or _row(
+            snap, cur, T, "containers", "id", key
+        )
         if attrs is None:
             raise NotFound(f"no container with number or id {key!r} in the warehouse")
         cid = attrs["id"]
@@ -256,12 +303,22 @@ def get_container(snap: Snapshot, container: str) -> dict[str, Any]:
     lfds: dict[str, Any] = {c: attrs[c] for c in attrs if "lfd" in c or c == "import_deadlines"}
     binding = None
     if risk is not None:
-        binding = {k: risk.get(k) for k in ("lfd_date", "lfd_source", "lfd_estimated",
-                                            "days_to_lfd", "working_days_to_lfd",
-                                            "lfd_disagreement_days") if k in risk}
+        binding = {
+            k: risk.get(k)
+            for k in (
+                "lfd_date",
+                "lfd_source",
+                "lfd_estimated",
+                "days_to_lfd",
+                "working_days_to_lfd",
+                "lfd_disagreement_days",
+            )
+            if k in risk
+        }
         lfds.update({k: risk[k] for k in ("lfd_line", "lfd_terminal", "lfd_rail") if k in risk})
-    fee_sum = sum(float(f.get("amount") or 0) for f in fees
-                  if str(f.get("type") or "").lower() != "total")
+    fee_sum = sum(
+        float(f.get("amount") or 0) for f in fees if str(f.get("type") or "").lower() != "total"
+    )
     return {
         "container_id": cid,
         "container_number": attrs.get("number"),
@@ -286,13 +343,16 @@ def _children(
     alive = "AND coalesce(_deleted, false) = false" if "_deleted" in cols else ""
     order = "ORDER BY position" if "position" in cols else ""
     sel = ", ".join(quote(c) for c in keep)
-    return _records(cur, f"SELECT {sel} FROM {T}.{table} WHERE container_id = ? {alive} {order}",
-                    [cid])
+    return _records(
+        cur, f"SELECT {sel} FROM {T}.{table} WHERE container_id = ? {alive} {order}", [cid]
+    )
 
 
 # -- summaries -----------------------------------------------------------------------------
 def summarize_containers(
-    snap: Snapshot, group_by: str = "terminal", levels: Sequence[str] | None = None,
+    snap: Snapshot,
+    group_by: str = "terminal",
+    levels: Sequence[str] | None = None,
     limit: int = 100,
 ) -> dict[str, Any]:
     """Counts by level, accrued and projected cost per group (active containers)."""
@@ -316,8 +376,16 @@ def summarize_containers(
         "groups": groups[:limit],
         "totals": {
             k: round(sum(float(g.get(k) or 0) for g in groups), 2)
-            for k in ("containers", "overdue", "due_today", "imminent", "unknown",
-                      "accrued_demurrage", "projected_demurrage", "uncosted")
+            for k in (
+                "containers",
+                "overdue",
+                "due_today",
+                "imminent",
+                "unknown",
+                "accrued_demurrage",
+                "projected_demurrage",
+                "uncosted",
+            )
         },
     }
 
@@ -329,9 +397,13 @@ def lfd_calendar(snap: Snapshot, days: int = 14) -> dict[str, Any]:
         rows = _records(cur, lfd_calendar_sql(RISK, None, days))
         as_of = cur.execute(f"SELECT max(as_of) FROM {RISK}").fetchone()
         overdue = cur.execute(
-            f"SELECT count(*) FROM {RISK} WHERE risk_level = 'overdue'").fetchone()
-    return {"as_of": jsonable(as_of[0] if as_of else None), "days": rows,
-            "overdue_before_today": int(overdue[0]) if overdue else 0}
+            f"SELECT count(*) FROM {RISK} WHERE risk_level = 'overdue'"
+        ).fetchone()
+    return {
+        "as_of": jsonable(as_of[0] if as_of else None),
+        "days": rows,
+        "overdue_before_today": int(overdue[0]) if overdue else 0,
+    }
 
 
 # -- search --------------------------------------------------------------------------------
@@ -339,8 +411,9 @@ def search_container(snap: Snapshot, query: str, limit: int = 25) -> dict[str, A
     """Containers whose number, bill of lading or a reference number starts with ``query``."""
     q = query.strip().upper()
     if len(q) < 2:
-        raise ValueError("give at least 2 characters of a container number, bill of lading "
-                         "or reference number")
+        raise ValueError(
+            "give at least 2 characters of a container number, bill of lading or reference number"
+        )
     if not _columns(snap, OWN, "search_keys"):
         raise NotFound("the warehouse has no containers yet: run `freetime load`")
     ccols = set(_columns(snap, T, "containers"))
@@ -353,8 +426,11 @@ def search_container(snap: Snapshot, query: str, limit: int = 25) -> dict[str, A
     def s(name: str) -> str:
         return f"s.{quote(name)}" if scols and name in scols and "shipment_id" in ccols else "NULL"
 
-    join = (f"LEFT JOIN {T}.shipments s ON s.id = c.shipment_id"
-            if scols and "shipment_id" in ccols else "")
+    join = (
+        f"LEFT JOIN {T}.shipments s ON s.id = c.shipment_id"
+        if scols and "shipment_id" in ccols
+        else ""
+    )
     rjoin = f"LEFT JOIN {RISK} r ON r.container_id = c.id" if has_risk else ""
     risk = "r.risk_level, r.lfd_date" if has_risk else "NULL AS risk_level, NULL AS lfd_date"
     # The keys are in order: a prefix is a range, read from the few row groups holding it.
@@ -365,9 +441,9 @@ def search_container(snap: Snapshot, query: str, limit: int = 25) -> dict[str, A
                 AS refs
             FROM {SEARCH_KEYS} WHERE key >= $q AND key < $upper AND starts_with(key, $q)
             GROUP BY container_id)
-        SELECT c.id AS container_id, {c('number')} AS container_number,
-            {s('bill_of_lading_number')} AS bill_of_lading_number,
-            {s('customer_name')} AS customer_name, {c('current_status')} AS current_status,
+        SELECT c.id AS container_id, {c("number")} AS container_number,
+            {s("bill_of_lading_number")} AS bill_of_lading_number,
+            {s("customer_name")} AS customer_name, {c("current_status")} AS current_status,
             {risk},
             CASE k.rank WHEN 1 THEN 'container_number' WHEN 2 THEN 'bill_of_lading_number'
                  ELSE 'reference_number' END AS matched_on,
@@ -376,8 +452,12 @@ def search_container(snap: Snapshot, query: str, limit: int = 25) -> dict[str, A
         ORDER BY k.rank <> 1, container_number LIMIT $lim"""
     with snap.con.cursor() as cur:
         rows = _records(cur, sql, {"q": q, "upper": upper, "lim": limit + 1})
-    return {"query": query, "returned": min(len(rows), limit), "more": len(rows) > limit,
-            "containers": rows[:limit]}
+    return {
+        "query": query,
+        "returned": min(len(rows), limit),
+        "more": len(rows) > limit,
+        "containers": rows[:limit],
+    }
 
 
 # -- freshness -----------------------------------------------------------------------------
@@ -385,46 +465,77 @@ def freshness(snap: Snapshot) -> dict[str, Any]:
     """When the warehouse was last written (loads full or incremental, webhooks applied) and
     the instant the published risk is computed at."""
     with snap.con.cursor() as cur:
-        out: dict[str, Any] = {"snapshot_taken_at": jsonable(
-            datetime.fromtimestamp(snap.taken_at, UTC))}
+        out: dict[str, Any] = {
+            "snapshot_taken_at": jsonable(datetime.fromtimestamp(snap.taken_at, UTC))
+        }
         loads = columns(cur, T, "freetime_loads")
         if loads:
             out["source"] = f"{T}.freetime_loads"
             order = "published_at" if "published_at" in loads else loads[0]
             out["last_writes"] = _records(
-                cur, f"SELECT * FROM {T}.freetime_loads QUALIFY row_number() OVER "
-                     f"(PARTITION BY writer ORDER BY {quote(order)} DESC NULLS LAST) = 1 "
-                     "ORDER BY writer")
+                cur,
+                f"SELECT * FROM {T}.freetime_loads QUALIFY row_number() OVER "
+                f"(PARTITION BY writer ORDER BY {quote(order)} DESC NULLS LAST) = 1 "
+                "ORDER BY writer",
+            )
             if {"writer", "kind"} <= set(loads):
                 done = "AND complete" if "complete" in loads else ""
                 for kind in ("full", "incremental"):
-                    rows = _records(cur, f"SELECT * FROM {T}.freetime_loads WHERE writer = "
-                                         f"'load' AND kind = ? {done} ORDER BY "
-                                         f"{quote(order)} DESC NULLS LAST LIMIT 1", [kind])
+                    rows = _records(
+                        cur,
+                        f"SELECT * FROM {T}.freetime_loads WHERE writer = "
+                        f"'load' AND kind = ? {done} ORDER BY "
+                        f"{quote(order)} DESC NULLS LAST LIMIT 1",
+                        [kind],
+                    )
                     out[f"last_{kind}_load"] = rows[0] if rows else None
-            rows = _records(cur, f"SELECT max({quote(order)}) AS at FROM {T}.freetime_loads "
-                                 "WHERE writer = 'webhooks'") if "writer" in loads else []
+            rows = (
+                _records(
+                    cur,
+                    f"SELECT max({quote(order)}) AS at FROM {T}.freetime_loads "
+                    "WHERE writer = 'webhooks'",
+                )
+                if "writer" in loads
+                else []
+            )
             out["webhooks_applied_at"] = rows[0]["at"] if rows else None
         else:
             out["source"] = "fallback: containers.fetched_at and dlt's load log"
             if "fetched_at" in columns(cur, T, "containers"):
                 out["containers_fetched_at"] = _records(
-                    cur, f"SELECT max(fetched_at) AS at FROM {T}.containers")[0]["at"]
+                    cur, f"SELECT max(fetched_at) AS at FROM {T}.containers"
+                )[0]["at"]
             if columns(cur, T, "_dlt_loads"):
-                out["last_load"] = _records(
-                    cur, f"SELECT load_id, inserted_at FROM {T}._dlt_loads WHERE status = 0 "
-                         "ORDER BY inserted_at DESC LIMIT 1")[0:1] or None
+                out["last_load"] = (
+                    _records(
+                        cur,
+                        f"SELECT load_id, inserted_at FROM {T}._dlt_loads WHERE status = 0 "
+                        "ORDER BY inserted_at DESC LIMIT 1",
+                    )[0:1]
+                    or None
+                )
                 if out["last_load"]:
                     out["last_load"] = out["last_load"][0]
             wcols = columns(cur, T, "webhook_notifications")
-            stamp = next((c for c in ("applied_at", "received_at", "created_at", "fetched_at")
-                          if c in wcols), None)
-            out["webhooks_applied_at"] = _records(
-                cur, f"SELECT max({quote(stamp)}) AS at FROM {T}.webhook_notifications"
-            )[0]["at"] if stamp else None
+            stamp = next(
+                (
+                    c
+                    for c in ("applied_at", "received_at", "created_at", "fetched_at")
+                    if c in wcols
+                ),
+                None,
+            )
+            out["webhooks_applied_at"] = (
+                _records(cur, f"SELECT max({quote(stamp)}) AS at FROM {T}.webhook_notifications")[
+                    0
+                ]["at"]
+                if stamp
+                else None
+            )
         if columns(cur, A, "demurrage_risk"):
-            row = _records(cur, f"SELECT max(as_of) AS as_of, count(*) AS containers "
-                                f"FROM {RISK}")[0]
+            row = _records(cur, f"SELECT max(as_of) AS as_of, count(*) AS containers FROM {RISK}")[
+                0
+            ]
             out["risk_as_of"] = row["as_of"]
             out["risk_containers"] = row["containers"]
         else:
@@ -439,11 +550,15 @@ def schema_text(snap: Snapshot) -> str:
         tables = cur.execute(
             "SELECT schema_name, table_name, comment FROM duckdb_tables() WHERE schema_name IN "
             "(?, ?) UNION ALL SELECT schema_name, view_name, comment FROM duckdb_views() WHERE "
-            "schema_name IN (?, ?) ORDER BY 1, 2", [T, A, T, A]).fetchall()
+            "schema_name IN (?, ?) ORDER BY 1, 2",
+            [T, A, T, A],
+        ).fetchall()
         cols = cur.execute(
             "SELECT schema_name, table_name, column_name, data_type, comment FROM "
             "duckdb_columns() WHERE schema_name IN (?, ?) ORDER BY schema_name, table_name, "
-            "column_index", [T, A]).fetchall()
+            "column_index",
+            [T, A],
+        ).fetchall()
     by_table: dict[tuple[str, str], list[tuple[str, str, str | None]]] = {}
     for s, t, c, typ, com in cols:
         by_table.setdefault((s, t), []).append((c, typ, com))

@@ -103,12 +103,12 @@ class SqlOut(_Out):
 
 
 def _result(text: str, data: dict[str, Any]) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=text)],
-                          structured_content=data)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
-def _answer(rd: SnapshotReader, key: Hashable | None,
-            fn: Callable[[Snapshot], dict[str, Any]]) -> dict[str, Any]:
+def _answer(
+    rd: SnapshotReader, key: Hashable | None, fn: Callable[[Snapshot], dict[str, Any]]
+) -> dict[str, Any]:
     """``fn`` on the latest snapshot, remembered there under ``key`` (unless None); every
     expected failure (the warehouse busy or missing, nothing found, a bad argument, refused
     SQL) becomes a tool error with a plain message."""
@@ -139,17 +139,23 @@ def build_server(
     (close it when done). The SQL tool returns at most ``row_cap`` rows and stops a query
     after ``sql_timeout`` seconds."""
     rd = reader or SnapshotReader(duckdb_path, prepare=queries.prepare)
-    mcp: MCPServer = MCPServer("freetime", instructions=INSTRUCTIONS, version="1",
-                               log_level="WARNING")
+    mcp: MCPServer = MCPServer(
+        "freetime", instructions=INSTRUCTIONS, version="1", log_level="WARNING"
+    )
 
     @mcp.tool(annotations=READ_ONLY)
     def containers_at_risk(
-        level: Annotated[list[Level] | None, Field(
-            description="Risk levels (default overdue, due_today, imminent).")] = None,
-        terminal: Annotated[str | None, Field(
-            description="Terminal name (part of it, any case) or firms code.")] = None,
-        port: Annotated[str | None, Field(
-            description="UN/LOCODE of the port of discharge or destination (USLGB).")] = None,
+        level: Annotated[
+            list[Level] | None,
+            Field(description="Risk levels (default overdue, due_today, imminent)."),
+        ] = None,
+        terminal: Annotated[
+            str | None, Field(description="Terminal name (part of it, any case) or firms code.")
+        ] = None,
+        port: Annotated[
+            str | None,
+            Field(description="UN/LOCODE of the port of discharge or destination (USLGB)."),
+        ] = None,
         carrier: Annotated[str | None, Field(description="Shipping line SCAC.")] = None,
         customer: Annotated[str | None, Field(description="Customer name (part of it).")] = None,
         limit: Annotated[int, Field(ge=1, le=500)] = 25,
@@ -157,44 +163,64 @@ def build_server(
         """Containers at risk of demurrage, most urgent first (overdue, due today, then by days
         to the binding LFD), with the reason, holds and projected cost."""
         args = (tuple(level or ()), terminal, port, carrier, customer, limit)
-        out = _answer(rd, ("containers_at_risk", args), lambda snap: queries.containers_at_risk(
-            snap, level, terminal, port, carrier, customer, limit))
-        text = (f"{out['matching']} containers at {', '.join(out['levels'])} (risk as of "
-                f"{out['as_of']}); showing {out['returned']}; projected demurrage "
-                f"{out['projected_demurrage']:,.0f}")
+        out = _answer(
+            rd,
+            ("containers_at_risk", args),
+            lambda snap: queries.containers_at_risk(
+                snap, level, terminal, port, carrier, customer, limit
+            ),
+        )
+        text = (
+            f"{out['matching']} containers at {', '.join(out['levels'])} (risk as of "
+            f"{out['as_of']}); showing {out['returned']}; projected demurrage "
+            f"{out['projected_demurrage']:,.0f}"
+        )
         return _result(text, out)
 
     @mcp.tool(annotations=READ_ONLY)
     def get_container(
-        container: Annotated[str, Field(
-            description="Container number (e.g. MSCU1234567) or Terminal49 container id.")],
+        container: Annotated[
+            str,
+            Field(description="Container number (e.g. MSCU1234567) or Terminal49 container id."),
+        ],
     ) -> Annotated[CallToolResult, ContainerOut]:
         """One container: attributes, holds, fees, every LFD by source and the binding one,
         its risk row (level, reason, accrued and projected costs) and its shipment."""
-        out = _answer(rd, ("get_container", container),
-                      lambda snap: queries.get_container(snap, container))
+        out = _answer(
+            rd, ("get_container", container), lambda snap: queries.get_container(snap, container)
+        )
         risk = out["risk"] or {}
-        text = (f"{out['container_number']}: {risk.get('risk_level', 'no risk row')}, binding "
-                f"LFD {risk.get('lfd_date')} ({risk.get('lfd_source')}); "
-                f"{risk.get('risk_reason') or ''}").strip()
+        text = (
+            f"{out['container_number']}: {risk.get('risk_level', 'no risk row')}, binding "
+            f"LFD {risk.get('lfd_date')} ({risk.get('lfd_source')}); "
+            f"{risk.get('risk_reason') or ''}"
+        ).strip()
         return _result(text, out)
 
     @mcp.tool(annotations=READ_ONLY)
     def summarize_containers(
-        group_by: Annotated[queries.GroupBy, Field(
-            description="terminal, port, carrier, customer, risk_level or lfd_date.")] = "terminal",
-        level: Annotated[list[Level] | None, Field(
-            description="Only these risk levels (default all).")] = None,
+        group_by: Annotated[
+            queries.GroupBy,
+            Field(description="terminal, port, carrier, customer, risk_level or lfd_date."),
+        ] = "terminal",
+        level: Annotated[
+            list[Level] | None, Field(description="Only these risk levels (default all).")
+        ] = None,
         limit: Annotated[int, Field(ge=1, le=1000)] = 100,
     ) -> Annotated[CallToolResult, SummaryOut]:
         """Active containers grouped by terminal, port, carrier, customer, risk level or LFD
         date: counts per level, accrued and projected demurrage, uncosted boxes."""
-        out = _answer(rd, ("summarize_containers", group_by, tuple(level or ()), limit),
-                      lambda snap: queries.summarize_containers(snap, group_by, level, limit))
+        out = _answer(
+            rd,
+            ("summarize_containers", group_by, tuple(level or ()), limit),
+            lambda snap: queries.summarize_containers(snap, group_by, level, limit),
+        )
         t = out["totals"]
-        text = (f"{out['groups_total']} groups by {group_by}: {t['containers']:.0f} active, "
-                f"{t['overdue']:.0f} overdue, projected demurrage "
-                f"{t['projected_demurrage']:,.0f}")
+        text = (
+            f"{out['groups_total']} groups by {group_by}: {t['containers']:.0f} active, "
+            f"{t['overdue']:.0f} overdue, projected demurrage "
+            f"{t['projected_demurrage']:,.0f}"
+        )
         return _result(text, out)
 
     @mcp.tool(annotations=READ_ONLY)
@@ -205,20 +231,27 @@ def build_server(
         then, how many are ready, on hold, booked, and their projected cost."""
         out = _answer(rd, ("lfd_calendar", days), lambda snap: queries.lfd_calendar(snap, days))
         boxes = sum(int(d["boxes"]) for d in out["days"])
-        text = (f"{boxes} boxes reach their LFD in the next {days} days; "
-                f"{out['overdue_before_today']} already overdue")
+        text = (
+            f"{boxes} boxes reach their LFD in the next {days} days; "
+            f"{out['overdue_before_today']} already overdue"
+        )
         return _result(text, out)
 
     @mcp.tool(annotations=READ_ONLY)
     def search_container(
-        query: Annotated[str, Field(description=(
-            "Start of a container number, bill of lading or reference number."))],
+        query: Annotated[
+            str,
+            Field(description=("Start of a container number, bill of lading or reference number.")),
+        ],
         limit: Annotated[int, Field(ge=1, le=200)] = 25,
     ) -> Annotated[CallToolResult, SearchOut]:
         """Find containers by the start of their number, bill of lading or a reference
         number (case-insensitive)."""
-        out = _answer(rd, ("search_container", query, limit),
-                      lambda snap: queries.search_container(snap, query, limit))
+        out = _answer(
+            rd,
+            ("search_container", query, limit),
+            lambda snap: queries.search_container(snap, query, limit),
+        )
         more = " (more: narrow the query)" if out["more"] else ""
         return _result(f"{out['returned']} containers match {query!r}{more}", out)
 
@@ -232,8 +265,11 @@ def build_server(
 
         def gather(snap: Snapshot) -> dict[str, Any]:
             ev = evidence.gather(snap.con, container, load_tariffs())
-            return {"container": container, "facts": dict(evidence.key_facts(ev)),
-                    "csv": evidence.render_csv(ev)}
+            return {
+                "container": container,
+                "facts": dict(evidence.key_facts(ev)),
+                "csv": evidence.render_csv(ev),
+            }
 
         out = _answer(rd, ("container_evidence", container), gather)
         facts = out["facts"]
@@ -248,11 +284,23 @@ def build_server(
 
     @mcp.tool(annotations=READ_ONLY)
     def query_warehouse(
-        sql: Annotated[str, Field(description=(
-            "One read-only DuckDB query (SELECT/WITH/DESCRIBE/SHOW) over the schemas "
-            "terminal49 and analytics."))],
-        max_rows: Annotated[int, Field(ge=1, description=(
-            "Rows to return at most (the server's cap, 1,000 by default, bounds it)."))
+        sql: Annotated[
+            str,
+            Field(
+                description=(
+                    "One read-only DuckDB query (SELECT/WITH/DESCRIBE/SHOW) over the schemas "
+                    "terminal49 and analytics."
+                )
+            ),
+        ],
+        max_rows: Annotated[
+            int,
+            Field(
+                ge=1,
+                description=(
+                    "Rows to return at most (the server's cap, 1,000 by default, bounds it)."
+                ),
+            ),
         ] = DEFAULT_MAX_ROWS,
     ) -> Annotated[CallToolResult, SqlOut]:
         """Run one read-only SQL query on the warehouse (a snapshot; no file or network
@@ -262,21 +310,34 @@ def build_server(
         def run(snap: Snapshot) -> dict[str, Any]:
             with snap.con.cursor() as cur:
                 res = run_query(cur, sql, max_rows=cap, timeout_seconds=sql_timeout)
-            return {"columns": res.columns, "types": res.types,
-                    "rows": [[queries.jsonable(v) for v in r] for r in res.rows],
-                    "row_count": len(res.rows), "truncated": res.truncated, "max_rows": cap}
+            return {
+                "columns": res.columns,
+                "types": res.types,
+                "rows": [[queries.jsonable(v) for v in r] for r in res.rows],
+                "row_count": len(res.rows),
+                "truncated": res.truncated,
+                "max_rows": cap,
+            }
 
         out = _answer(rd, None, run)
         cut = f" (cut at {cap})" if out["truncated"] else ""
         return _result(f"{out['row_count']} rows{cut}", out)
 
-    @mcp.resource("freetime://rules/risk", name="risk_rules", mime_type="text/markdown",
-                  description="How freetime computes demurrage risk from LFDs, holds and fees.")
+    @mcp.resource(
+        "freetime://rules/risk",
+        name="risk_rules",
+        mime_type="text/markdown",
+        description="How freetime computes demurrage risk from LFDs, holds and fees.",
+    )
     def risk_rules() -> str:
         return risk_rules_text()
 
-    @mcp.resource("freetime://schema", name="warehouse_schema", mime_type="text/markdown",
-                  description="Tables and columns of the warehouse with their comments.")
+    @mcp.resource(
+        "freetime://schema",
+        name="warehouse_schema",
+        mime_type="text/markdown",
+        description="Tables and columns of the warehouse with their comments.",
+    )
     def warehouse_schema() -> str:
         try:
             with rd.snapshot() as snap:
@@ -299,8 +360,17 @@ def build_server(
 
     @mcp.prompt(description="Plan today's pickups: what must move today and what blocks it.")
     def plan_pickups_today(terminal: str = "", port: str = "") -> str:
-        scope = " ".join(x for x in (f"terminal {terminal}" if terminal else "",
-                                     f"port {port}" if port else "") if x) or "all terminals"
+        scope = (
+            " ".join(
+                x
+                for x in (
+                    f"terminal {terminal}" if terminal else "",
+                    f"port {port}" if port else "",
+                )
+                if x
+            )
+            or "all terminals"
+        )
         return (
             f"Plan today's pickups for {scope}. Call containers_at_risk with level overdue and "
             "due_today (and the terminal/port filter), then lfd_calendar for the next 3 days. "

@@ -57,7 +57,7 @@ def remove_orphaned_copies() -> None:
     """Delete the folders of copies in the temporary directory whose server process is gone:
     a server killed without its cleanup leaves a whole warehouse copy behind."""
     for folder in Path(tempfile.gettempdir()).glob(f"{COPIES_PREFIX}*-*"):
-        pid = folder.name[len(COPIES_PREFIX):].split("-", 1)[0]
+        pid = folder.name[len(COPIES_PREFIX) :].split("-", 1)[0]
         if folder.is_dir() and pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -94,8 +94,12 @@ def _signature(path: Path) -> Signature:
 def _copy(src: Path, dst: Path) -> None:
     """Copy in a child process: closing a descriptor of ``src`` in this process would drop
     the POSIX lock our read-only DuckDB connection holds on it, letting a writer in mid-copy."""
-    subprocess.run(["cp", "--reflink=auto", str(src), str(dst)], check=True,
-                   stdin=subprocess.DEVNULL, capture_output=True)
+    subprocess.run(
+        ["cp", "--reflink=auto", str(src), str(dst)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+    )
 
 
 @dataclass
@@ -166,10 +170,16 @@ class SnapshotReader:
         """Copy the warehouse under a read-only connection and open the copy."""
         if not self.path.exists():
             raise WarehouseMissing(
-                f"no warehouse at {self.path}: run `freetime load` (or `freetime run`) first")
+                f"no warehouse at {self.path}: run `freetime load` (or `freetime run`) first"
+            )
         try:
-            guard = connect(self.path, read_only=True, retry_seconds=retry_seconds,
-                            poll_seconds=0.05, config=SAFE_CONFIG)
+            guard = connect(
+                self.path,
+                read_only=True,
+                retry_seconds=retry_seconds,
+                poll_seconds=0.05,
+                config=SAFE_CONFIG,
+            )
         except WarehouseLocked as exc:
             raise WarehouseBusy(BUSY_MESSAGE) from exc
         with self._lock:
@@ -270,4 +280,3 @@ class SnapshotReader:
         if snap is not None:
             snap.close()
         shutil.rmtree(self._dir, ignore_errors=True)
-

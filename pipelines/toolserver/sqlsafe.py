@@ -44,8 +44,9 @@ def check_statement(con: duckdb.DuckDBPyConnection, sql: str) -> str:
     st = statements[0]
     if st.type != duckdb.StatementType.SELECT:
         kind = st.type.name
-        raise SqlRefused(f"only read-only queries (SELECT, WITH, DESCRIBE, SHOW) are allowed, "
-                         f"not {kind}")
+        raise SqlRefused(
+            f"only read-only queries (SELECT, WITH, DESCRIBE, SHOW) are allowed, not {kind}"
+        )
     return str(st.query)
 
 
@@ -75,8 +76,10 @@ def run_query(
         desc = rel.description or []
     except duckdb.Error as exc:
         if timed_out.is_set():
-            raise SqlRefused(f"the query ran longer than {timeout_seconds:g}s and was stopped; "
-                             "narrow it or aggregate") from None
+            raise SqlRefused(
+                f"the query ran longer than {timeout_seconds:g}s and was stopped; "
+                "narrow it or aggregate"
+            ) from None
         raise SqlRefused(f"the query failed: {_plain(exc)}") from None
     finally:
         timer.cancel()

@@ -54,8 +54,9 @@ async def advance(request: Request) -> Response:
     if seconds < 0:
         raise ValueError("hours/minutes must not be negative")
     changed, new = state.advance(seconds)
-    return api_response({**_clock_body(state), "changed_containers": changed,
-                         "new_containers": new})
+    return api_response(
+        {**_clock_body(state), "changed_containers": changed, "new_containers": new}
+    )
 
 
 @admin
@@ -91,11 +92,18 @@ async def timestamps(request: Request) -> Response:
     c, sh = acct.containers, acct.shipments
     body = {
         **_clock_body(state),
-        "containers": {acct.container_ids[i]: {"updated_at": iso(c.get(i, "refreshed"))}
-                       for i in range(len(acct.container_ids)) if i not in acct.deleted},
-        "shipments": {sid: {"updated_at": iso(sh.get(s, "updated")),
-                            "pod_eta_changed_at": iso(acct.eta_changed_at(s))}
-                      for s, sid in enumerate(acct.shipment_ids)},
+        "containers": {
+            acct.container_ids[i]: {"updated_at": iso(c.get(i, "refreshed"))}
+            for i in range(len(acct.container_ids))
+            if i not in acct.deleted
+        },
+        "shipments": {
+            sid: {
+                "updated_at": iso(sh.get(s, "updated")),
+                "pod_eta_changed_at": iso(acct.eta_changed_at(s)),
+            }
+            for s, sid in enumerate(acct.shipment_ids)
+        },
     }
     return _json(body)
 
@@ -107,8 +115,11 @@ async def ground_truth(request: Request) -> Response:
     acct, r = state.account, state.renderer
     body = {
         **_clock_body(state),
-        "containers": [r.container(i) for i in range(len(acct.container_ids))
-                       if not (acct.deleted and i in acct.deleted)],
+        "containers": [
+            r.container(i)
+            for i in range(len(acct.container_ids))
+            if not (acct.deleted and i in acct.deleted)
+        ],
         "shipments": [r.shipment(s) for s in range(len(acct.shipment_ids))],
         "terminals": r.terminals(),
         "ports": r.ports(),
@@ -121,8 +132,9 @@ async def notifications(request: Request) -> Response:
     """``GET /admin/ground_truth/notifications``: every notification with its exact body."""
     state = state_of(request)
     event = request.query_params.get("event")
-    notes = [n.truth() for n in state.hub.notifications.values()
-             if event is None or n.event == event]
+    notes = [
+        n.truth() for n in state.hub.notifications.values() if event is None or n.event == event
+    ]
     return _json({"clock": iso(state.account.clock), "notifications": notes})
 
 
@@ -134,8 +146,13 @@ async def documents(request: Request) -> Response:
 
 # ---- request statistics ------------------------------------------------------------------------
 def _stats(state: SandboxState) -> Response:
-    return _json({"requests": state.requests, "by_status": dict(state.by_status),
-                  "faults": dict(state.fault_counts)})
+    return _json(
+        {
+            "requests": state.requests,
+            "by_status": dict(state.by_status),
+            "faults": dict(state.fault_counts),
+        }
+    )
 
 
 @admin
@@ -186,8 +203,16 @@ async def webhooks_blast(request: Request) -> Response:
         hook = active[0]
     if not state.account.container_ids:
         raise ValueError("the account has no containers")
-    report = await hub.blast(state.builder, hook, count, rates["duplicates"],
-                             rates["bad_signature"], rates["malformed"], seed, concurrency)
+    report = await hub.blast(
+        state.builder,
+        hook,
+        count,
+        rates["duplicates"],
+        rates["bad_signature"],
+        rates["malformed"],
+        seed,
+        concurrency,
+    )
     return _json(report)
 
 

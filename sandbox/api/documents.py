@@ -40,15 +40,24 @@ from sandbox.documents import (
     schema_resource,
 )
 
-DOCUMENT_INCLUDES = ("shipments", "cargos", "account", "user", "last_document_representation",
-                     "email_submission", "current_extraction")
+DOCUMENT_INCLUDES = (
+    "shipments",
+    "cargos",
+    "account",
+    "user",
+    "last_document_representation",
+    "email_submission",
+    "current_extraction",
+)
 EMAIL_INCLUDES = ("account", "user", "documents", "documents.last_document_representation")
 
 
 def s3_error(status: int, code: str, message: str) -> Response:
     """An S3-style XML error."""
-    xml = ('<?xml version="1.0" encoding="UTF-8"?>\n'
-           f"<Error><Code>{code}</Code><Message>{message}</Message></Error>")
+    xml = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Error><Code>{code}</Code><Message>{message}</Message></Error>"
+    )
     return Response(xml, status_code=status, media_type="application/xml")
 
 
@@ -69,13 +78,18 @@ async def storage_put(request: Request) -> Response:
     data = await request.body()
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) != len(data):
-        return s3_error(400, "IncompleteBody",
-                        "You did not provide the number of bytes specified by the "
-                        "Content-Length HTTP header")
+        return s3_error(
+            400,
+            "IncompleteBody",
+            "You did not provide the number of bytes specified by the Content-Length HTTP header",
+        )
     try:
-        state_of(request).docs.put(request.path_params["key"],
-                                   request.query_params.get("token", ""), data,
-                                   request.headers.get("content-md5"))
+        state_of(request).docs.put(
+            request.path_params["key"],
+            request.query_params.get("token", ""),
+            data,
+            request.headers.get("content-md5"),
+        )
     except StorageError as e:
         return s3_error(e.status, e.code, e.message)
     etag = hashlib.md5(data).hexdigest()  # noqa: S324 - an ETag, as S3's
@@ -85,14 +99,19 @@ async def storage_put(request: Request) -> Response:
 async def storage_get(request: Request) -> Response:
     """``GET /storage/download/{key}/{filename}?expires=&token=``: the stored bytes."""
     try:
-        b = state_of(request).docs.get(request.path_params["key"],
-                                       request.query_params.get("expires", ""),
-                                       request.query_params.get("token", ""))
+        b = state_of(request).docs.get(
+            request.path_params["key"],
+            request.query_params.get("expires", ""),
+            request.query_params.get("token", ""),
+        )
     except StorageError as e:
         return s3_error(e.status, e.code, e.message)
     assert b.data is not None
-    return Response(b.data, media_type=b.content_type, headers={
-        "Content-Disposition": f'inline; filename="{b.filename}"'})
+    return Response(
+        b.data,
+        media_type=b.content_type,
+        headers={"Content-Disposition": f'inline; filename="{b.filename}"'},
+    )
 
 
 # ---- documents ---------------------------------------------------------------------------------
@@ -108,16 +127,31 @@ async def create_document(request: Request) -> Response:
     except UploadError as e:
         return unprocessable(e.pointer, e.detail)
     except DuplicateDocument as e:
-        return api_response({"errors": [{
-            "status": "409", "code": "duplicate_document", "title": "Duplicate document",
-            "detail": "A document with the same file content already exists",
-            "meta": {"existing_document_id": e.existing_id,
-                     "existing_document_name": e.existing_name}}]}, 409)
+        return api_response(
+            {
+                "errors": [
+                    {
+                        "status": "409",
+                        "code": "duplicate_document",
+                        "title": "Duplicate document",
+                        "detail": "A document with the same file content already exists",
+                        "meta": {
+                            "existing_document_id": e.existing_id,
+                            "existing_document_name": e.existing_name,
+                        },
+                    }
+                ]
+            },
+            409,
+        )
     if state.document_delay > 0:
         asyncio.get_running_loop().call_later(
-            state.document_delay, lambda: state.process_documents([doc.id]))
-    return api_response({"data": docs.document(doc),
-                         "links": {"self": f"{origin(request)}/v2/documents/{doc.id}"}}, 201)
+            state.document_delay, lambda: state.process_documents([doc.id])
+        )
+    return api_response(
+        {"data": docs.document(doc), "links": {"self": f"{origin(request)}/v2/documents/{doc.id}"}},
+        201,
+    )
 
 
 def _doc_list(docs: DocumentStore, request: Request) -> list[Any]:
@@ -172,8 +206,10 @@ async def document_download(request: Request) -> Response:
     d = docs.documents.get(request.path_params["id"])
     if d is None:
         return not_found("Couldn't find Document")
-    return Response(orjson.dumps({"download_url": docs.download_url(d, origin(request))}),
-                    media_type="application/json")
+    return Response(
+        orjson.dumps({"download_url": docs.download_url(d, origin(request))}),
+        media_type="application/json",
+    )
 
 
 # ---- email submissions and schemas -------------------------------------------------------------
@@ -183,8 +219,9 @@ def _email_includes(request: Request) -> list[str]:
     return parse_includes(request, EMAIL_INCLUDES)
 
 
-def _email_included(docs: DocumentStore, emails: list[Any], includes: list[str]
-                    ) -> list[dict[str, Any]]:
+def _email_included(
+    docs: DocumentStore, emails: list[Any], includes: list[str]
+) -> list[dict[str, Any]]:
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for e in emails:
         for did in e.documents:
@@ -192,8 +229,10 @@ def _email_included(docs: DocumentStore, emails: list[Any], includes: list[str]
             if "documents" in includes:
                 seen.setdefault(("document", d.id), docs.email_document(d))
             if "documents.last_document_representation" in includes and d.representation:
-                seen.setdefault(("document_representation", d.representation.id),
-                                docs.representation(d.representation))
+                seen.setdefault(
+                    ("document_representation", d.representation.id),
+                    docs.representation(d.representation),
+                )
     return list(seen.values())
 
 
@@ -203,8 +242,7 @@ async def list_emails(request: Request) -> Response:
     docs = state_of(request).docs
     includes = _email_includes(request)
     emails = sorted(docs.emails.values(), key=lambda e: e.created_at, reverse=True)
-    return paged(request, emails, docs.email,
-                 lambda page: _email_included(docs, page, includes))
+    return paged(request, emails, docs.email, lambda page: _email_included(docs, page, includes))
 
 
 @api
@@ -215,9 +253,13 @@ async def get_email(request: Request) -> Response:
     e = docs.emails.get(request.path_params["id"])
     if e is None:
         return not_found("Couldn't find EmailSubmission")
-    return api_response({"data": docs.email(e),
-                         "included": _email_included(docs, [e], includes),
-                         "links": {"self": self_link(request)}})
+    return api_response(
+        {
+            "data": docs.email(e),
+            "included": _email_included(docs, [e], includes),
+            "links": {"self": self_link(request)},
+        }
+    )
 
 
 @api

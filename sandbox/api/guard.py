@@ -58,14 +58,18 @@ class V2Guard:
                 await _close_connection(receive)
                 return
             if fault.kind == "5xx":
-                titles = {500: "Internal Server Error", 502: "Bad Gateway",
-                          503: "Service Unavailable"}
+                titles = {
+                    500: "Internal Server Error",
+                    502: "Bad Gateway",
+                    503: "Service Unavailable",
+                }
                 resp = error_response(fault.status, titles[fault.status])
                 await resp(scope, receive, counting_send)
                 return
             if fault.kind == "429":
-                resp = error_response(429, "Too Many Requests", "Rate limit exceeded.",
-                                      headers={"Retry-After": "1"})
+                resp = error_response(
+                    429, "Too Many Requests", "Rate limit exceeded.", headers={"Retry-After": "1"}
+                )
                 await resp(scope, receive, counting_send)
                 return
             if fault.kind == "slow":
@@ -85,9 +89,11 @@ class V2Guard:
             if len(win) >= st.rate_limit:
                 retry = max(1, math.ceil(win[0] + RATE_WINDOW - now))
                 resp = error_response(
-                    429, "Too Many Requests",
+                    429,
+                    "Too Many Requests",
                     f"Rate limit of {st.rate_limit} requests per minute exceeded.",
-                    headers={"Retry-After": str(retry)})
+                    headers={"Retry-After": str(retry)},
+                )
                 await resp(scope, receive, counting_send)
                 return
             win.append(now)
@@ -109,10 +115,14 @@ class V2Guard:
         body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body")
         headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(body)).encode()))
-        await send({"type": "http.response.start", "status": start["status"],
-                    "headers": headers})
-        await send({"type": "http.response.body", "body": body[:max(1, int(len(body) * cut))],
-                    "more_body": True})
+        await send({"type": "http.response.start", "status": start["status"], "headers": headers})
+        await send(
+            {
+                "type": "http.response.body",
+                "body": body[: max(1, int(len(body) * cut))],
+                "more_body": True,
+            }
+        )
         await _close_connection(receive)
 
 

@@ -39,17 +39,20 @@ def api(fn: Endpoint) -> Endpoint:
 
     Auth, rate limit and faults are applied before, by :class:`~sandbox.api.guard.V2Guard`.
     """
+
     @functools.wraps(fn)
     async def endpoint(request: Request) -> Response:
         try:
             return await fn(request)
         except (PageError, FilterError) as e:
             return error_response(400, "Bad Request", e.detail, e.parameter)
+
     return endpoint
 
 
 def admin(fn: Endpoint) -> Endpoint:
     """An ``/admin`` endpoint: needs the API key (401 otherwise); a ValueError is a 400."""
+
     @functools.wraps(fn)
     async def endpoint(request: Request) -> Response:
         detail = check_auth(request.headers.get("authorization"), state_of(request).api_key)
@@ -59,6 +62,7 @@ def admin(fn: Endpoint) -> Endpoint:
             return await fn(request)
         except ValueError as e:
             return error_response(400, "Bad Request", str(e))
+
     return endpoint
 
 
@@ -72,9 +76,13 @@ def api_response(body: Any, status: int = 200, headers: dict[str, str] | None = 
     return Response(dumps(body), status_code=status, media_type=JSONAPI, headers=headers)
 
 
-def error_response(status: int, title: str, detail: str | None = None,
-                   parameter: str | None = None,
-                   headers: dict[str, str] | None = None) -> Response:
+def error_response(
+    status: int,
+    title: str,
+    detail: str | None = None,
+    parameter: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
     """A JSON:API error response (``status`` rendered as a string)."""
     err: dict[str, Any] = {"status": str(status), "title": title}
     if detail is not None:
@@ -119,8 +127,9 @@ def parse_includes(request: Request, allowed: tuple[str, ...]) -> list[str]:
     for part in raw.split(","):
         name = part.strip()
         if name not in allowed:
-            raise PageError("include", f"{name!r} is not a valid include; allowed: "
-                                       f"{', '.join(allowed)}")
+            raise PageError(
+                "include", f"{name!r} is not a valid include; allowed: {', '.join(allowed)}"
+            )
         if name not in out:
             out.append(name)
     return out
@@ -153,9 +162,11 @@ def page_links(request: Request, number: int, size: int, total: int) -> dict[str
     """
     base = f"{request.url.scheme}://{request.url.netloc}{request.url.path}"
     include = request.query_params.get("include")
-    kept = [(quote(k, safe="[]"), quote(v, safe=""))
-            for k, v in request.query_params.multi_items()
-            if k.startswith("filter[") or k == "sort"]
+    kept = [
+        (quote(k, safe="[]"), quote(v, safe=""))
+        for k, v in request.query_params.multi_items()
+        if k.startswith("filter[") or k == "sort"
+    ]
 
     def url(n: int) -> str:
         params = list(kept)
@@ -183,8 +194,14 @@ def self_link(request: Request) -> str:
 
 def unprocessable(pointer: str, detail: str, title: str = "Unprocessable Entity") -> Response:
     """A 422 JSON:API error with ``source.pointer``."""
-    return api_response({"errors": [{"status": "422", "title": title, "detail": detail,
-                                     "source": {"pointer": pointer}}]}, 422)
+    return api_response(
+        {
+            "errors": [
+                {"status": "422", "title": title, "detail": detail, "source": {"pointer": pointer}}
+            ]
+        },
+        422,
+    )
 
 
 async def read_json(request: Request) -> Any:
@@ -201,13 +218,16 @@ def origin(request: Request) -> str:
     return f"{request.url.scheme}://{request.url.netloc}"
 
 
-def paged(request: Request, items: list[Any], render: Callable[[Any], dict[str, Any]],
-          include: Callable[[list[Any]], list[dict[str, Any]]] | None = None
-          ) -> Response:
+def paged(
+    request: Request,
+    items: list[Any],
+    render: Callable[[Any], dict[str, Any]],
+    include: Callable[[list[Any]], list[dict[str, Any]]] | None = None,
+) -> Response:
     """A paged JSON:API list (meta ``total`` and ``size``, links as the other lists)."""
     number, size = parse_page(request)
     start = (number - 1) * size
-    page = items[start:start + size]
+    page = items[start : start + size]
     body: dict[str, Any] = {"data": [render(x) for x in page]}
     if include is not None:
         body["included"] = include(page)

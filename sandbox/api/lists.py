@@ -42,15 +42,19 @@ from sandbox.state import SandboxState
 FILTER_CACHE_SIZE = 8
 
 
-def filtered(state: SandboxState, kind: str, spec: Spec,
-             select: Callable[[Account, Spec], list[int]], request: Request) -> list[int]:
+def filtered(
+    state: SandboxState,
+    kind: str,
+    spec: Spec,
+    select: Callable[[Account, Spec], list[int]],
+    request: Request,
+) -> list[int]:
     """Row order of the ``kind`` list under the request's filters.
 
     Cached per (filters, clock, account version), so paging a filtered list selects once.
     """
     acct = state.account
-    params = tuple(kv for kv in request.query_params.multi_items()
-                   if kv[0].startswith("filter["))
+    params = tuple(kv for kv in request.query_params.multi_items() if kv[0].startswith("filter["))
     key = (kind, params, acct.clock, acct.version)
     hit = state.filtered.get(key)
     if hit is None:
@@ -61,13 +65,20 @@ def filtered(state: SandboxState, kind: str, spec: Spec,
     return hit
 
 
-def _page(request: Request, state: SandboxState, kind: str, order: list[int], number: int,
-          size: int, includes: list[str]) -> dict[str, Any]:
+def _page(
+    request: Request,
+    state: SandboxState,
+    kind: str,
+    order: list[int],
+    number: int,
+    size: int,
+    includes: list[str],
+) -> dict[str, Any]:
     """``data``, ``included`` and ``links`` of one page of a ``kind`` list in ``order``."""
     r = state.renderer
     render = r.container if kind == "container" else r.shipment
     start = (number - 1) * size
-    idx = order[start:start + size]
+    idx = order[start : start + size]
     body: dict[str, Any] = {"data": [render(i) for i in idx]}
     if includes:
         body["included"] = r.included([(kind, i) for i in idx], includes)
@@ -85,10 +96,13 @@ async def list_containers(request: Request) -> Response:
     try:
         spec = container_spec(request.query_params.multi_items(), acct.clock)
     except Unavailable as e:
-        return error_response(500, "Internal Server Error",
-                              f"{e.parameter} is not available on containers", e.parameter)
-    order = (filtered(state, "containers", spec, select_containers, request) if spec
-             else acct.order)
+        return error_response(
+            500,
+            "Internal Server Error",
+            f"{e.parameter} is not available on containers",
+            e.parameter,
+        )
+    order = filtered(state, "containers", spec, select_containers, request) if spec else acct.order
     body = _page(request, state, "container", order, number, size, includes)
     body["meta"] = {"total": len(order)}
     return api_response(body)
@@ -102,8 +116,9 @@ async def list_shipments(request: Request) -> Response:
     includes = parse_includes(request, SHIPMENT_INCLUDES)
     number, size = parse_page(request)
     spec = shipment_spec(request.query_params.multi_items())
-    order = (filtered(state, "shipments", spec, select_shipments, request) if spec
-             else acct.ship_order)
+    order = (
+        filtered(state, "shipments", spec, select_shipments, request) if spec else acct.ship_order
+    )
     body = _page(request, state, "shipment", order, number, size, includes)
     body["meta"] = {"total": len(order), "size": size}
     return api_response(body)

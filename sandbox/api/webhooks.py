@@ -50,11 +50,15 @@ def validate_hook(attrs: Any, partial: bool) -> tuple[dict[str, Any], Response |
         out["url"] = url
     if "events" in attrs:
         ev = attrs.get("events")
-        if (not isinstance(ev, list) or not ev
-                or any(not isinstance(e, str) or e not in EVENT_SET for e in ev)
-                or len(set(ev)) != len(ev)):
-            return {}, unprocessable("/data/attributes/events",
-                                     "events must be a non-empty list of distinct event names")
+        if (
+            not isinstance(ev, list)
+            or not ev
+            or any(not isinstance(e, str) or e not in EVENT_SET for e in ev)
+            or len(set(ev)) != len(ev)
+        ):
+            return {}, unprocessable(
+                "/data/attributes/events", "events must be a non-empty list of distinct event names"
+            )
         out["events"] = ev
     if "active" in attrs:
         if not isinstance(attrs["active"], bool):
@@ -63,10 +67,14 @@ def validate_hook(attrs: Any, partial: bool) -> tuple[dict[str, Any], Response |
     if "headers" in attrs and attrs["headers"] is not None:
         hs = attrs["headers"]
         if not isinstance(hs, list) or any(
-                not isinstance(h, dict) or not isinstance(h.get("name"), str)
-                or not isinstance(h.get("value"), str) for h in hs):
-            return {}, unprocessable("/data/attributes/headers",
-                                     "headers must be a list of {name, value}")
+            not isinstance(h, dict)
+            or not isinstance(h.get("name"), str)
+            or not isinstance(h.get("value"), str)
+            for h in hs
+        ):
+            return {}, unprocessable(
+                "/data/attributes/headers", "headers must be a list of {name, value}"
+            )
         out["headers"] = hs
     return out, None
 
@@ -92,8 +100,13 @@ async def create_webhook(request: Request) -> Response:
     vals, err = validate_hook(data.get("attributes"), partial=False)
     if err is not None:
         return err
-    hook = state.hub.register(vals["url"], vals.get("events"), vals.get("active", True),
-                              iso(state.account.clock), vals.get("headers"))
+    hook = state.hub.register(
+        vals["url"],
+        vals.get("events"),
+        vals.get("active", True),
+        iso(state.account.clock),
+        vals.get("headers"),
+    )
     return api_response({"data": hook.resource()}, 201)
 
 
@@ -136,13 +149,20 @@ def example(state: SandboxState, event: str, webhook_id: str | None) -> dict[str
     """A notification body for ``event`` from the account now (seeded by seed, event, clock)."""
     acct = state.account
     rng = random.Random(f"{acct.seed}:example:{event}:{acct.clock}")
-    occ: Occurrence = (state.docs.sample(event) if event.startswith("document.")
-                       else state.builder.sample(event, rng))
+    occ: Occurrence = (
+        state.docs.sample(event)
+        if event.startswith("document.")
+        else state.builder.sample(event, rng)
+    )
     nid = state.hub._next_id()
-    ref = ({"id": occ.reference["id"], "type": occ.reference["type"]}
-           if occ.reference is not None else None)
-    return body_of(envelope(nid, event, occ.created_at, webhook_id, ref, occ.document_id),
-                   occ.included)
+    ref = (
+        {"id": occ.reference["id"], "type": occ.reference["type"]}
+        if occ.reference is not None
+        else None
+    )
+    return body_of(
+        envelope(nid, event, occ.created_at, webhook_id, ref, occ.document_id), occ.included
+    )
 
 
 @api
@@ -155,8 +175,9 @@ async def trigger(request: Request) -> Response:
         body = {}
 
     def bad(detail: str) -> Response:
-        return api_response({"errors": [{"status": "422", "title": "Unprocessable Entity",
-                                         "detail": detail}]}, 422)
+        return api_response(
+            {"errors": [{"status": "422", "title": "Unprocessable Entity", "detail": detail}]}, 422
+        )
 
     url = body.get("url")
     if not isinstance(url, str) or not url:
@@ -179,11 +200,21 @@ async def trigger(request: Request) -> Response:
     headers = {"Content-Type": "application/json", "User-Agent": "Terminal49 Webhook Bot"}
     if signature is not None:
         headers["X-T49-Webhook-Signature"] = signature
-    return Response(orjson.dumps({
-        "url": url, "succeeded": res.ok, "error": res.error, "status_code": res.status_code,
-        "request_headers": headers, "request_body": raw.decode(),
-        "response_headers": res.response_headers, "response_body": res.response_body}),
-        media_type="application/json")
+    return Response(
+        orjson.dumps(
+            {
+                "url": url,
+                "succeeded": res.ok,
+                "error": res.error,
+                "status_code": res.status_code,
+                "request_headers": headers,
+                "request_body": raw.decode(),
+                "response_headers": res.response_headers,
+                "response_body": res.response_body,
+            }
+        ),
+        media_type="application/json",
+    )
 
 
 # ---- notifications -----------------------------------------------------------------------------
@@ -198,8 +229,7 @@ async def notification_examples(request: Request) -> Response:
     state = state_of(request)
     hook_id = next(iter(state.hub.webhooks), None)
     body = example(state, event, hook_id)
-    out = {"data": body["data"], "links": {"self": str(request.url)},
-           "included": body["included"]}
+    out = {"data": body["data"], "links": {"self": str(request.url)}, "included": body["included"]}
     return api_response(out)
 
 
@@ -230,5 +260,6 @@ async def get_notification(request: Request) -> Response:
     if n is None:
         return not_found()
     included = orjson.loads(n.body).get("included", [])
-    return api_response({"data": n.resource(), "included": included,
-                         "links": {"self": self_link(request)}})
+    return api_response(
+        {"data": n.resource(), "included": included, "links": {"self": self_link(request)}}
+    )
