@@ -31,7 +31,10 @@ AT_RISK_COLUMNS = (
     "lfd",
     "lfd_source",
     "days_to_lfd",
+    "working_days_to_lfd",
     "terminal",
+    "terminal_code",
+    "port",
     "carrier",
     "reason",
     "projected_demurrage",
@@ -39,6 +42,7 @@ AT_RISK_COLUMNS = (
     "currency",
     "blocking_holds",
     "ready_for_pickup",
+    "pickup_appointment_at",
 )
 
 MAX_LISTED_CHANGES = 25  # per change list in the markdown; the counts are always complete
@@ -72,7 +76,10 @@ def at_risk_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "lfd": _plain(r.get("lfd_date")),
                 "lfd_source": r.get("lfd_source"),
                 "days_to_lfd": r.get("days_to_lfd"),
+                "working_days_to_lfd": r.get("working_days_to_lfd"),
                 "terminal": r.get("pod_terminal_name") or r.get("pod_terminal_firms_code"),
+                "terminal_code": r.get("pod_terminal_firms_code"),
+                "port": r.get("port_of_discharge_locode"),
                 "carrier": r.get("shipping_line_scac"),
                 "reason": r.get("risk_reason"),
                 "projected_demurrage": None if projected is None else round(float(projected), 2),
@@ -80,6 +87,7 @@ def at_risk_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "currency": r.get("currency"),
                 "blocking_holds": _plain(r.get("blocking_holds") or []),
                 "ready_for_pickup": r.get("ready_for_pickup"),
+                "pickup_appointment_at": _plain(r.get("pickup_appointment_at")),
             }
         )
     return rows
@@ -136,6 +144,8 @@ class SummaryInput:
     changes: dict[str, Any] | None  # None: no previous risk table to compare with
     load_line: str | None = None
     reconciliation: list[Reconciliation] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)  # step -> seconds, in run order
+    requests: dict[str, int] = field(default_factory=dict)  # step -> API requests
 
 
 def _md_cell(value: Any) -> str:
@@ -214,6 +224,15 @@ def summary_markdown(s: SummaryInput) -> str:
     else:
         lines.append("_No containers._")
     lines += ["", "## Since the last run", *changes_section(s.changes)]
+    if s.timings:
+        lines += [
+            "",
+            "## Steps",
+            *_md_table(
+                ["step", "seconds", "API requests"],
+                ([k, f"{v:.1f}", s.requests.get(k, "")] for k, v in s.timings.items()),
+            ),
+        ]
     if s.reconciliation:
         lines += [
             "",

@@ -40,6 +40,7 @@ from flows.tasks import (
 )
 from pipelines.analytics import RiskSummary
 from pipelines.config import resolve_duckdb_path
+from pipelines.history.transport_events import REQUEST_BUDGET, EventsSummary
 
 
 @dataclass
@@ -53,8 +54,26 @@ class RunReport:
     changes: dict[str, int] | None
     load: LoadOutcome | None = None
     reconciliation: list[Reconciliation] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)  # slot, load, risk, publish
+    #: seconds: ``slot`` (waiting for the warehouse), then each step in the order it ran
+    timings: dict[str, float] = field(default_factory=dict)
     body_started: float = 0.0  # time.perf_counter() when the flow body began (same process)
+    #: API requests of each step that makes any (load, webhooks, events)
+    requests: dict[str, int] = field(default_factory=dict)
+    events: EventsSummary | None = None
+
+    def requests_line(self) -> str:
+        """``API requests: load 12, webhooks 0, events 40 (budget 40; 58 left for the next
+        runs)``."""
+        parts = []
+        for step, n in self.requests.items():
+            part = f"{step} {n}"
+            if step == "events" and self.events is not None:
+                part += f" (budget {REQUEST_BUDGET}"
+                if self.events.deferred:
+                    part += f"; {self.events.deferred} containers left for the next runs"
+                part += ")"
+            parts.append(part)
+        return f"API requests: {', '.join(parts)}; total {sum(self.requests.values())}"
 
 
 @contextlib.contextmanager
@@ -90,23 +109,30 @@ def sync(
         with _timed(timings, "load"):
             path = check_warehouse(duckdb_path)
             load = load_account(path, base_url, rate_limit_per_minute, concurrency, full=full)
+        with _timed(timings, "webhooks"):
             # Webhook notifications received since (and during) the scan land on top of it.
-            apply_webhooks(path, base_url, rate_limit_per_minute, reconcile=full)
+            hooks = apply_webhooks(path, base_url, rate_limit_per_minute, reconcile=full)
         with _timed(timings, "risk"):
             risk = compute_risk(path, as_of, tariffs_path)
         with _timed(timings, "events"):  # after risk: at-risk containers get their events
-            fetch_events(path, base_url, rate_limit_per_minute)
-        with _timed(timings, "publish"):
+            events = fetch_events(path, base_url, rate_limit_per_minute)
+        requests = {
+            "load": load.summary.requests,
+            "webhooks": hooks.requests,
+            "events": events.requests,
+        }
+        with _timed(timings, "report"):
             write_html_report(path)
+        with _timed(timings, "publish"):
             reconciliation = reconcile_counts(path, load) if full else None
-            published = publish_artifacts(name, path, risk, load, reconciliation)
+            published = publish_artifacts(
+                name, path, risk, load, reconciliation, timings=timings, requests=requests
+            )
     get_run_logger().info(
-        "%s done: %d at risk; load %.1fs, risk %.1fs, publish %.1fs",
+        "%s done: %d at risk; %s",
         name,
         len(published.at_risk),
-        timings["load"],
-        timings["risk"],
-        timings["publish"],
+        ", ".join(f"{step} {s:.1f}s" for step, s in timings.items()),
     )
     return RunReport(
         flow=name,
@@ -118,6 +144,8 @@ def sync(
         reconciliation=published.reconciliation,
         timings=timings,
         body_started=body_started,
+        requests=requests,
+        events=events,
     )
 
 

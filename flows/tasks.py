@@ -40,6 +40,7 @@ from flows.artifacts import (
     at_risk_rows,
     summary_markdown,
 )
+from pipelines import progress
 from pipelines.analytics import (
     LEVELS,
     RiskSummary,
@@ -271,8 +272,14 @@ def load_account(
 
     def track(stats: ScanStats) -> None:
         scans[stats.kind] = stats
+        progress.report(
+            "load", sum(s.distinct for s in scans.values()), None, f"{stats.kind}, records"
+        )
 
-    summary = run_load(duckdb_path, api, full=full, concurrency=concurrency, on_page=track)
+    try:
+        summary = run_load(duckdb_path, api, full=full, concurrency=concurrency, on_page=track)
+    finally:
+        progress.finish("load")
     outcome = LoadOutcome(
         summary=summary,
         api_totals={k: s.total for k, s in scans.items()},
@@ -295,15 +302,16 @@ def apply_webhooks(
     base_url: str | None = None,
     rate_limit_per_minute: float | None = None,
     reconcile: bool = False,
-) -> ApplySummary | None:
+) -> WebhooksOutcome:
     """Apply the webhook inbox (``freetime webhooks serve`` fills it) after the scan.
 
-    Nothing to do (None) when no receiver ever wrote an inbox beside the warehouse. With
-    ``reconcile`` (the nightly flow) notifications the receiver missed are pulled first.
+    Nothing to do (no summary, no request) when no receiver ever wrote an inbox beside the
+    warehouse. With ``reconcile`` (the nightly flow) notifications the receiver missed are
+    pulled first.
     """
     inbox = default_inbox_path(duckdb_path)
     if not inbox.exists():
-        return None
+        return WebhooksOutcome()
     api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit_per_minute)
     client = Terminal49Client.for_api(api) if api.api_key else None
     try:
@@ -314,7 +322,15 @@ def apply_webhooks(
         if client is not None:
             client.close()
     get_run_logger().info("webhooks: %s", summary.line())
-    return summary
+    return WebhooksOutcome(summary, client.stats.requests if client is not None else 0)
+
+
+@dataclass
+class WebhooksOutcome:
+    """What the webhooks task did (``summary`` None: no inbox) and its API requests."""
+
+    summary: ApplySummary | None = None
+    requests: int = 0
 
 
 @task(name="fetch-transport-events", cache_policy=NO_CACHE, persist_result=False)
@@ -322,12 +338,19 @@ def fetch_events(
     duckdb_path: str, base_url: str | None = None, rate_limit_per_minute: float | None = None
 ) -> EventsSummary:
     """The transport events of the containers whose milestones changed, or at risk
-    (:func:`pipelines.history.transport_events.fetch_transport_events`: a bounded number of
-    requests a run, within the rate limit)."""
+    (:func:`pipelines.history.transport_events.fetch_transport_events`: at most
+    ``REQUEST_BUDGET`` requests a run, within the rate limit), with progress as it waits."""
     api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit_per_minute)
-    with Terminal49Client.for_api(api) as client:
-        summary = fetch_transport_events(Path(duckdb_path), client)
-    get_run_logger().info("transport events: %s", summary)
+
+    def step(done: int, total: int) -> None:
+        progress.report("events", done, total, "requests")
+
+    try:
+        with Terminal49Client.for_api(api) as client:
+            summary = fetch_transport_events(Path(duckdb_path), client, on_request=step)
+    finally:
+        progress.finish("events")
+    get_run_logger().info("transport events: %s", summary.line())
     return summary
 
 
@@ -402,10 +425,13 @@ def publish_artifacts(
     risk: RiskSummary,
     load: LoadOutcome | None = None,
     reconciliation: list[Reconciliation] | None = None,
+    timings: dict[str, float] | None = None,
+    requests: dict[str, int] | None = None,
 ) -> Published:
     """Table artifact of the at-risk containers (most urgent first) and the summary markdown:
-    counts per level, exposure by terminal, changes since the previous risk run and, when
-    given, the ``reconciliation`` (warehouse row counts against the API's totals)."""
+    counts per level, exposure by terminal, changes since the previous risk run, the steps
+    run so far with their seconds and API requests and, when given, the ``reconciliation``
+    (warehouse row counts against the API's totals)."""
     path = resolve_duckdb_path(duckdb_path)
     current = at_risk(path, levels=LEVELS)  # every published row: the changes need them all
     rows = at_risk_rows(at_risk(path).to_dicts())
@@ -433,6 +459,8 @@ def publish_artifacts(
             changes=changes,
             load_line=load.line() if load else None,
             reconciliation=recon,
+            timings={k: v for k, v in (timings or {}).items() if k != "slot"},
+            requests=dict(requests or {}),
         )
     )
     table_id = create_table_artifact(

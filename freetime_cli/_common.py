@@ -25,6 +25,28 @@ BaseUrlOption = Annotated[
 console = Console(stderr=True)
 out = Console()
 
+#: The at-risk list's options, the same for ``freetime risk`` and ``freetime run``.
+LimitOption = typer.Option(
+    "--limit",
+    help="Containers to list, most urgent first; 0 lists all. Default: what fits the terminal "
+    "(all when the output is not a terminal).",
+    show_default=False,
+)
+PortOption = typer.Option("--port", help="Only this port of discharge (UN/LOCODE, e.g. USLAX).")
+TerminalOption = typer.Option(
+    "--terminal", help="Only this terminal: its FIRMS code (e.g. Y258) or part of its name."
+)
+CarrierOption = typer.Option("--carrier", help="Only this shipping line (SCAC, e.g. MAEU).")
+WideOption = typer.Option(
+    "--wide", help="Every column in full, whatever the terminal's width (lines may wrap)."
+)
+
+
+def table_console() -> Console:
+    """The console the at-risk table goes to: the terminal at its size; piped or captured
+    output gets a wide table rather than rich's 80-column default."""
+    return out if out.is_terminal else Console(width=max(out.width, 160))
+
 
 def print_error(message: str) -> None:
     """One ``error:`` line on stderr, the message printed as it is (never read as markup: a

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from freetime_cli._common import DuckDbOption, fail, parse_as_of
-
-if TYPE_CHECKING:
-    import polars as pl
-
-    from pipelines.analytics import RiskSummary
+from freetime_cli._common import (
+    CarrierOption,
+    DuckDbOption,
+    LimitOption,
+    PortOption,
+    TerminalOption,
+    WideOption,
+    fail,
+    parse_as_of,
+    table_console,
+)
+from freetime_cli.atrisk_table import Filters, parse_limit, print_at_risk
 
 _FORMATS = ("table", "csv", "json")
 _SHOW = [
@@ -49,10 +55,16 @@ def risk(
     tariffs: Annotated[
         str | None, typer.Option("--tariffs", help="Tariff CSV (default data/tariffs.csv).")
     ] = None,
+    limit: Annotated[str | None, LimitOption] = None,
+    port: Annotated[str | None, PortOption] = None,
+    terminal: Annotated[str | None, TerminalOption] = None,
+    carrier: Annotated[str | None, CarrierOption] = None,
+    wide: Annotated[bool, WideOption] = False,
 ) -> None:
     """Recompute demurrage risk and print the at-risk containers, most urgent first."""
     import polars as pl  # here, not at import: `freetime --help` should start fast
 
+    from flows.artifacts import at_risk_rows
     from pipelines.analytics import LEVELS, TariffError, at_risk, publish_risk
     from pipelines.config import ConfigError
     from pipelines.warehouse import WarehouseError
@@ -65,57 +77,26 @@ def risk(
             raise ValueError(f"unknown level {', '.join(bad)}; use one of {', '.join(LEVELS)}")
         if fmt not in _FORMATS:
             raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(_FORMATS)}")
+        n = parse_limit(limit)
+        filters = Filters.parse(port, terminal, carrier)
         summary = publish_risk(duckdb, as_of=when, tariffs_path=tariffs)
         rows = at_risk(summary.duckdb_path, levels or None)
     except (ValueError, TariffError, ConfigError, WarehouseError) as exc:
         fail(str(exc))
-    out = rows.select(_SHOW).with_columns(pl.col("blocking_holds").list.join(", "))
-    if fmt == "csv":
-        sys.stdout.write(out.write_csv())
-    elif fmt == "json":
-        sys.stdout.write(out.write_json() + "\n")
+    every = at_risk_rows(rows.to_dicts())
+    shown = filters.apply(every)
+    if fmt != "table":
+        out = rows.filter(pl.Series([filters.matches(r) for r in every], dtype=pl.Boolean))
+        out = out.head(n) if n else out
+        out = out.select(_SHOW).with_columns(pl.col("blocking_holds").list.join(", "))
+        sys.stdout.write(out.write_csv() if fmt == "csv" else out.write_json() + "\n")
+        return
+    con = table_console()
+    which = "At-risk" if not levels else "/".join(levels)
+    title = f"{which} containers as of {summary.as_of:%Y-%m-%d %H:%M} UTC: {len(shown)}"
+    if filters:
+        title += f" ({filters.describe()})"
+    if shown:
+        print_at_risk(con, shown, title=title, limit=n, wide=wide)
     else:
-        _print_table(out, summary)
-
-
-def _print_table(out: pl.DataFrame, s: RiskSummary) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=f"At-risk containers as of {s.as_of:%Y-%m-%d %H:%M} UTC")
-    for name in (
-        "level",
-        "container",
-        "LFD",
-        "days",
-        "wd",
-        "ready",
-        "holds",
-        "projected",
-        "terminal",
-        "reason",
-    ):
-        table.add_column(name)
-    for r in out.iter_rows(named=True):
-        cells = (
-            r["risk_level"],
-            r["container_number"] or "",
-            f"{r['lfd_date'] or ''} {r['lfd_source'] or ''}",
-            str(r["days_to_lfd"]),
-            str(r["working_days_to_lfd"]),
-            "yes" if r["ready_for_pickup"] else "no",
-            r["blocking_holds"] or "",
-            "uncosted" if r["projected_demurrage"] is None else f"{r['projected_demurrage']:,.0f}",
-            r["pod_terminal_name"] or "",
-            r["risk_reason"] or "",
-        )
-        table.add_row(*(Text(c) for c in cells))  # API text is never read as markup
-    console = Console()
-    console.print(table)
-    console.print(
-        f"{s.rows} containers; "
-        + ", ".join(f"{k} {v}" for k, v in s.levels.items() if v)
-        + f"; accrued {s.accrued_demurrage:,.0f}, projected {s.projected_demurrage:,.0f}, "
-        f"uncosted {s.uncosted}"
-    )
+        con.print(f"No container: {title}.", highlight=False, soft_wrap=True)

@@ -22,11 +22,22 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from freetime_cli._common import (
+    CarrierOption,
     DuckDbOption,
+    LimitOption,
+    PortOption,
+    TerminalOption,
+    WideOption,
     console,
     embedded_sandbox,
     fail,
@@ -34,12 +45,13 @@ from freetime_cli._common import (
     parse_as_of,
     print_error,
     quiet_logging,
+    table_console,
 )
+from freetime_cli.atrisk_table import Filters, parse_limit, print_at_risk
+from pipelines import progress
 
 if TYPE_CHECKING:
     from flows.sync import RunReport
-
-LEVEL_STYLE = {"overdue": "bold red", "due_today": "red", "imminent": "yellow"}
 
 # Set before Prefect is imported (it reads its settings once). setdefault: a user's own
 # settings win. Without PREFECT_API_URL, Prefect starts its temporary server ("ephemeral mode")
@@ -122,17 +134,23 @@ def run(
         str | None,
         typer.Option("--as-of", help="Compute risk as of this ISO 8601 instant (default: now)."),
     ] = None,
-    limit: Annotated[
-        int, typer.Option(min=0, help="At-risk rows to print, most urgent first (0: all).")
-    ] = 25,
+    limit: Annotated[str | None, LimitOption] = None,
+    port: Annotated[str | None, PortOption] = None,
+    terminal: Annotated[str | None, TerminalOption] = None,
+    carrier: Annotated[str | None, CarrierOption] = None,
+    wide: Annotated[bool, WideOption] = False,
 ) -> None:
     """Run the sync flow once: load the account, compute demurrage risk, publish, print it.
 
     Uses TERMINAL49_API_KEY (or .dlt/secrets.toml) when set; otherwise the embedded sandbox.
     """
+    try:  # before anything starts: a bad option is one line
+        view = TableView(parse_limit(limit), Filters.parse(port, terminal, carrier), wide)
+    except ValueError as exc:
+        fail(str(exc))
     signal.signal(signal.SIGINT, _on_sigint)
     try:
-        _run(duckdb, as_of, limit)
+        _run(duckdb, as_of, view)
     except KeyboardInterrupt:
         print_error(
             "interrupted: the warehouse holds what the last completed step wrote; "
@@ -141,7 +159,7 @@ def run(
         raise typer.Exit(130) from None
 
 
-def _run(duckdb: Path | None, as_of: str | None, limit: int) -> None:
+def _run(duckdb: Path | None, as_of: str | None, view: TableView) -> None:
     command_started = time.perf_counter()
     age = process_age()
     started = command_started - age if age is not None else None
@@ -183,13 +201,59 @@ def _run(duckdb: Path | None, as_of: str | None, limit: int) -> None:
             os.environ["TERMINAL49_API_KEY"] = key
             os.environ["TERMINAL49_BASE_URL"] = url
         _start_temporary_prefect_server()
-        report = _run_sync(duckdb, when)
+        with progress.showing(StepProgress(console)):
+            report = _run_sync(duckdb, when)
         finished = time.perf_counter()
-    print_report(report, limit)
+    print_report(report, view)
     print_timing(
         report,
         Timing(started, command_started, finished, sandbox_seconds),
     )
+
+
+class StepProgress:
+    """Progress of the steps that wait on the API (:mod:`pipelines.progress`), on stderr: a
+    live bar on a terminal; elsewhere a line when a step starts waiting and every 10 s."""
+
+    STEPS = {"load": "loading the account", "events": "transport events"}
+
+    def __init__(self, con: Console) -> None:
+        self.con = con
+        self.bars: Progress | None = None
+        self.tasks: dict[str, TaskID] = {}
+        self.said: dict[str, float] = {}
+
+    def update(self, step: str, done: int, total: int | None, note: str = "") -> None:
+        label = f"{self.STEPS.get(step, step)} ({note})" if note else self.STEPS.get(step, step)
+        if not self.con.is_terminal:
+            now = time.monotonic()
+            if now - self.said.get(step, -1e9) >= 10.0:
+                self.said[step] = now
+                of = f" of {total}" if total is not None else ""
+                self.con.print(f"{label}: {done}{of}...", highlight=False, soft_wrap=True)
+            return
+        if self.bars is None:
+            self.bars = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self.con,
+                transient=True,
+            )
+            self.bars.start()
+        if step not in self.tasks:
+            self.tasks[step] = self.bars.add_task(label, total=total)
+        self.bars.update(self.tasks[step], completed=done, total=total, description=label)
+
+    def finish(self, step: str) -> None:
+        task = self.tasks.pop(step, None)
+        self.said.pop(step, None)
+        if self.bars is not None and task is not None:
+            self.bars.remove_task(task)
+            if not self.tasks:
+                self.bars.stop()
+                self.bars = None
 
 
 def _start_temporary_prefect_server() -> None:
@@ -263,55 +327,28 @@ def _release_dlt_pipelines() -> None:
     context.clear_activation_history()
 
 
-def at_risk_table(rows: list[dict[str, Any]], limit: int) -> Table:
-    """The at-risk containers, most urgent first (the order the flow published)."""
-    shown = rows if limit == 0 else rows[:limit]
-    title = f"At-risk containers ({len(rows)})"
-    if len(shown) < len(rows):
-        title += f", the {len(shown)} most urgent"
-    table = Table(title=title, show_edge=False, title_justify="left", expand=False)
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("container", no_wrap=True)
-    table.add_column("risk", no_wrap=True)
-    table.add_column("LFD", no_wrap=True)
-    table.add_column("days", justify="right", no_wrap=True)
-    table.add_column("terminal")
-    table.add_column("reason", overflow="fold")
-    table.add_column("projected", justify="right", no_wrap=True)
-    for r in shown:
-        level = str(r.get("risk_level") or "")
-        projected = r.get("projected_demurrage")
-        cost = (
-            f"{projected:,.0f} {r.get('currency') or ''}".strip()
-            if projected is not None
-            else "n/a"
-        )
-        lfd = str(r.get("lfd") or "")
-        if r.get("lfd_source"):
-            lfd += f" ({r['lfd_source']})"
-        table.add_row(  # Text, not str: names from the API are never read as markup
-            str(r.get("rank")),
-            Text(str(r.get("container") or "")),
-            Text(level, style=LEVEL_STYLE.get(level, "")),
-            Text(lfd),
-            "" if r.get("days_to_lfd") is None else str(r["days_to_lfd"]),
-            Text(str(r.get("terminal") or "")),
-            Text(str(r.get("reason") or "")),
-            Text(cost),
-        )
-    return table
-
-
-def print_report(report: RunReport, limit: int) -> None:
+def print_report(report: RunReport, view: TableView) -> None:
+    """What the run loaded, the at-risk table (:mod:`freetime_cli.atrisk_table`), the levels,
+    the API requests of each step."""
     from flows.artifacts import level_counts_line, money, single_currency
 
     risk = report.risk
-    # Piped or captured output gets a wide table rather than rich's 80-column default.
-    con = out if out.is_terminal else Console(width=max(out.width, 160))
+    con = table_console()
     if report.load is not None:
-        con.print(f"loaded {report.load.summary.table_counts_line()} into {report.duckdb_path}")
-    if report.at_risk:
-        con.print(at_risk_table(report.at_risk, limit))
+        con.print(
+            f"loaded {report.load.summary.table_counts_line()} into {report.duckdb_path}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    rows = view.filters.apply(report.at_risk)
+    title = f"At-risk containers ({len(rows)})"
+    if view.filters:
+        title += f", {view.filters.describe()}"
+    if rows:
+        # around the table: the "loaded" line above; levels, requests and timing below
+        print_at_risk(con, rows, title=title, limit=view.limit, wide=view.wide, reserve=4)
+    elif view.filters:
+        con.print(f"No at-risk container matches {view.filters.describe()}.", highlight=False)
     else:
         con.print("No container is overdue, due today or imminent.")
     cur = single_currency(report.at_risk)
@@ -328,6 +365,17 @@ def print_report(report: RunReport, limit: int) -> None:
         highlight=False,
         soft_wrap=True,
     )
+    if report.requests:
+        con.print(report.requests_line(), highlight=False, soft_wrap=True)
+
+
+@dataclass(frozen=True)
+class TableView:
+    """How `freetime run` shows the at-risk list (the same options as `freetime risk`)."""
+
+    limit: int | None = None
+    filters: Filters = Filters()
+    wide: bool = False
 
 
 @dataclass
@@ -347,21 +395,19 @@ def timing_split(report: RunReport, t: Timing) -> dict[str, float]:
     - prefect start: from the command to the flow body holding the warehouse slot: the
       embedded sandbox's start (also shown on its own), importing Prefect and the pipelines,
       the temporary API server's boot, creating the flow run;
-    - load, risk, publish: the flow's three steps, each a Prefect task;
+    - every step of the flow, by name, in the order it ran (load, webhooks, risk, events,
+      report, publish);
     - prefect finish: closing the run (final states, flushing logs) until the call returns
       (stopping the temporary server at exit comes after, uncounted).
     """
-    steps = report.timings
-    slot = steps.get("slot", 0.0)
-    body = slot + steps.get("load", 0.0) + steps.get("risk", 0.0) + steps.get("publish", 0.0)
+    steps = {k: v for k, v in report.timings.items() if k != "slot"}
+    slot = report.timings.get("slot", 0.0)
     split: dict[str, float] = {}
     if t.process is not None:
         split["startup"] = t.command - t.process
     split["prefect start"] = report.body_started + slot - t.command
-    split["load"] = steps.get("load", 0.0)
-    split["risk"] = steps.get("risk", 0.0)
-    split["publish"] = steps.get("publish", 0.0)
-    split["prefect finish"] = t.finished - report.body_started - body
+    split.update(steps)
+    split["prefect finish"] = t.finished - report.body_started - slot - sum(steps.values())
     split["total"] = t.finished - (t.process if t.process is not None else t.command)
     return split
 

@@ -74,3 +74,37 @@ def test_cli_missing_warehouse_and_bad_tariffs(tmp_path: Path, db: Path) -> None
     bad.write_text("charge\n")
     r = runner.invoke(app, ["--duckdb", str(db), "--tariffs", str(bad)])
     assert r.exit_code == 2 and "missing column" in r.stderr
+
+
+def test_cli_limit_filters_and_total(db: Path) -> None:
+    base = ["--duckdb", str(db), "--as-of", "2025-11-14T16:00:00Z"]
+    r = runner.invoke(app, [*base, "--limit", "2"])
+    assert r.exit_code == 0, r.output
+    assert "B2" in r.stdout and "... 3 more" in r.stdout
+    assert "2 of 5 shown; projected demurrage of those shown" in r.stdout
+    every = json.loads(runner.invoke(app, [*base, "--format", "json"]).stdout)
+    first = every[0]["container_number"]
+    r = runner.invoke(app, [*base, "--format", "json", "--limit", "1"])
+    assert [x["container_number"] for x in json.loads(r.stdout)] == [first]
+    carrier = next(x["shipping_line_scac"] for x in every if x["shipping_line_scac"])
+    r = runner.invoke(app, [*base, "--format", "json", "--carrier", carrier.lower()])
+    want = [x["container_number"] for x in every if x["shipping_line_scac"] == carrier]
+    assert [x["container_number"] for x in json.loads(r.stdout)] == want
+    r = runner.invoke(app, [*base, "--port", "ZZZZZ"])
+    assert r.exit_code == 0 and "No container: At-risk containers" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--limit", "-3"], "--limit -3 is negative"),
+        (["--limit", "all"], "--limit 'all' is not a whole number"),
+        (["--port", "LAX"], "--port 'LAX' is not a UN/LOCODE"),
+        (["--carrier", "M"], "--carrier 'M' is not a carrier SCAC"),
+        (["--terminal", ""], "--terminal is empty"),
+    ],
+)
+def test_cli_bad_list_options_exit_2(db: Path, args: list[str], needle: str) -> None:
+    r = runner.invoke(app, ["--duckdb", str(db), *args])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert r.stderr.count("\n") == 1 and needle in r.stderr, r.stderr

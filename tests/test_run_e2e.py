@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -53,8 +54,18 @@ def test_freetime_run_in_an_empty_folder_without_a_key(tmp_path: Path) -> None:
     assert "At-risk containers" in out and "reason" in out and "projected" in out
     assert "risk as of 2026-11-20 12:00 UTC: overdue" in out
     timing = next(line for line in out.splitlines() if line.startswith("timing: "))
-    for part in ("prefect start", "load", "risk", "publish", "total"):
+    steps = ("load", "webhooks", "risk", "events", "report", "publish")
+    for part in ("prefect start", *steps, "prefect finish", "total"):
         assert f"{part} " in timing
+    # every second is named: the parts add up to the total
+    body = timing.removeprefix("timing: ").split(" (sandbox")[0]
+    seconds = {k: float(v.rstrip("s")) for k, v in (p.rsplit(" ", 1) for p in body.split(", "))}
+    total = seconds.pop("total")
+    assert abs(sum(seconds.values()) - total) < 0.5, timing
+    requests = next(line for line in out.splitlines() if line.startswith("API requests: "))
+    assert re.search(r"load \d+, webhooks 0, events (\d+) \(budget 40", requests), requests
+    assert int(re.findall(r"events (\d+)", requests)[0]) <= 40
+    assert re.search(r"\d+ of \d+ shown; projected demurrage of those shown", out)
 
     warehouse = tmp_path / "data" / "freetime.duckdb"
     assert warehouse.exists()
@@ -175,27 +186,3 @@ def test_freetime_run_failing_in_its_first_task(tmp_path: Path) -> None:
     assert result.stderr.startswith(f"error: cannot open the warehouse {notes}")
     assert "not a valid DuckDB database file" in result.stderr
     assert notes.read_text() == "not a database\n"  # the user's file is left as it was
-
-
-def test_at_risk_table_prints_api_text_as_it_is() -> None:
-    """Terminal names and reasons come from the API: [brackets] in them are text, not markup."""
-    from rich.console import Console
-
-    from freetime_cli.run_cmd import at_risk_table
-
-    row = {
-        "rank": 1,
-        "container": "MSCU[1]",
-        "risk_level": "overdue",
-        "lfd": "2026-11-20",
-        "lfd_source": "line",
-        "days_to_lfd": -1,
-        "terminal": "Pier [A] /bold",
-        "reason": "LFD was yesterday; [red] hold",
-        "projected_demurrage": 100.0,
-        "currency": "USD",
-    }
-    console = Console(record=True, width=200)
-    console.print(at_risk_table([row], 10))
-    text = console.export_text()
-    assert "MSCU[1]" in text and "Pier [A] /bold" in text and "[red] hold" in text

@@ -4,8 +4,11 @@ Contract of :func:`fetch_transport_events`:
 - **which containers**: those whose milestones (:data:`MILESTONES`) changed in a load or
   webhook published since the previous fetch and that freetime knew before that change (a
   first sighting is no change: the first full load of an account asks for nothing), plus the
-  containers the published risk run marks at risk (``AT_RISK_LEVELS``); at most
-  ``max_containers``, so a run never asks for every container of the account;
+  containers the published risk run marks at risk (``AT_RISK_LEVELS``), those whose events
+  were fetched longest ago (or never) first, so that successive runs go round them all;
+- at most ``max_containers`` requests a run (:data:`REQUEST_BUDGET` by default, the budget
+  docs/scheduling.md states): the events step of a run never waits on the API for more than
+  that, whatever the account; what is left waits for the next runs (``deferred``);
 - one ``GET /containers/{id}/transport_events`` per container through the rate-limited
   client; a container the API no longer knows (404) is skipped;
 - the events are merged into ``terminal49.transport_events`` (the table the
@@ -19,7 +22,7 @@ Contract of :func:`fetch_transport_events`:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +45,9 @@ from pipelines.webhooks.apply import (
 from pipelines.write import LOADS_TABLE, write, writer_lock
 
 WRITER = "events"
-MAX_CONTAINERS = 200
+#: Requests the events step makes at most per run (one per container): at the API's 100
+#: requests a minute, never more than about 25 s of waiting, even right after a full window.
+REQUEST_BUDGET = 40
 MILESTONES = (
     "current_status",
     "pod_arrived_at",
@@ -55,14 +60,27 @@ MILESTONES = (
 
 @dataclass
 class EventsSummary:
+    """What one fetch did: containers asked for, requests, events merged, containers the API no
+    longer knows, and containers that needed events but wait for a later run (the budget)."""
+
     containers: int = 0
     requests: int = 0
     events: int = 0
     missing: int = 0
+    deferred: int = 0
+
+    def line(self) -> str:
+        return (
+            f"{self.requests} requests for {self.containers} containers, {self.events} events"
+            + (f", {self.missing} unknown to the API" if self.missing else "")
+            + (f"; {self.deferred} left for the next runs" if self.deferred else "")
+        )
 
 
-def containers_needing_events(path: Path, max_containers: int = MAX_CONTAINERS) -> list[str]:
-    """The ids to ask events for (see the module docstring), most recently changed first."""
+def containers_needing_events(path: Path, max_containers: int | None = None) -> list[str]:
+    """The ids to ask events for (see the module docstring), most recently changed first, then
+    the containers at risk, least recently fetched first; all of them when ``max_containers``
+    is None."""
     if not path.exists():
         return []
     with reading(path) as con:
@@ -81,23 +99,32 @@ def containers_needing_events(path: Path, max_containers: int = MAX_CONTAINERS) 
             WHERE h.entity = 'container' AND h.field IN ({fields})
               AND l.published_at > (SELECT * FROM since)
               AND h.old_value IS NOT NULL
-            GROUP BY h.entity_id ORDER BY changed_at DESC, h.entity_id LIMIT ?
-            """,
-            [max_containers],
+            GROUP BY h.entity_id ORDER BY changed_at DESC, h.entity_id
+            """
         ).fetchall()
         ids = [r[0] for r in changed]
         risky: list[str] = []
         if {"container_id", "risk_level"} <= set(column_types(con, "analytics", "demurrage_risk")):
             levels = ", ".join(f"'{x}'" for x in AT_RISK_LEVELS)
+            fetched = "NULL"
+            if {"container_id", "fetched_at"} <= set(
+                column_types(con, DATASET, "transport_events")
+            ):
+                fetched = (
+                    f"(SELECT max(e.fetched_at) FROM {d}.transport_events e "
+                    "WHERE e.container_id = r.container_id)"
+                )
             risky = [
                 r[0]
                 for r in con.execute(
-                    "SELECT container_id FROM analytics.demurrage_risk "
-                    f"WHERE risk_level IN ({levels}) ORDER BY container_id"
+                    f"SELECT container_id, {fetched} AS last_fetch "
+                    "FROM analytics.demurrage_risk r "
+                    f"WHERE risk_level IN ({levels}) "
+                    "ORDER BY last_fetch NULLS FIRST, container_id"
                 ).fetchall()
             ]
     out = list(dict.fromkeys([*ids, *risky]))
-    return out[:max_containers]
+    return out if max_containers is None else out[:max_containers]
 
 
 def events_table(resources: list[dict[str, Any]], fetched_at: dt.datetime) -> pa.Table:
@@ -121,14 +148,21 @@ def _events_source(table: pa.Table) -> list[DltResource]:
 
 
 def fetch_transport_events(
-    path: Path, client: Terminal49Client, *, max_containers: int = MAX_CONTAINERS
+    path: Path,
+    client: Terminal49Client,
+    *,
+    max_containers: int = REQUEST_BUDGET,
+    on_request: Callable[[int, int], None] | None = None,
 ) -> EventsSummary:
-    """Ask the API for the transport events of the containers that need them and merge them
-    into the warehouse. Raises Terminal49Error, LoadFailed, WarehouseLocked, WriterBusy."""
+    """Ask the API for the transport events of the containers that need them (at most
+    ``max_containers``) and merge them into the warehouse; ``on_request(done, total)`` after
+    each request. Raises Terminal49Error, LoadFailed, WarehouseLocked, WriterBusy."""
     summary = EventsSummary()
     with writer_lock(path, "transport events fetch"):
-        ids = containers_needing_events(path, max_containers)
+        needing = containers_needing_events(path)
+        ids = needing[:max_containers]
         summary.containers = len(ids)
+        summary.deferred = len(needing) - len(ids)
         resources: list[dict[str, Any]] = []
         fetched_at = dt.datetime.now(dt.UTC)
         for cid in ids:
@@ -140,6 +174,9 @@ def fetch_transport_events(
                     summary.missing += 1
                     continue
                 raise
+            finally:
+                if on_request is not None:
+                    on_request(summary.requests, len(ids))
             resources += [r for r in doc.get("data") or [] if isinstance(r, dict)]
         if not ids:
             return summary
