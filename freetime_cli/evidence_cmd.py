@@ -27,8 +27,11 @@ def evidence(
         str | None, typer.Option("--tariffs", help="Tariff CSV (default data/tariffs.csv).")
     ] = None,
 ) -> None:
-    """Write the evidence of each container: free time, days charged with their rates, and
-    the timeline of availability, holds, LFDs, appointments, pickup and empty return."""
+    """Write each container's evidence for a demurrage dispute (HTML and CSV).
+
+    Free time, the days charged with their rates, and the timeline of availability, holds,
+    LFDs, appointments, pickup and empty return.
+    """
     from pipelines.analytics import TariffError
     from pipelines.config import default_duckdb_path
     from pipelines.history.evidence import EvidenceError, write_evidence

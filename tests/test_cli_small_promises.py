@@ -68,3 +68,26 @@ def test_the_report_is_written_for_sharing(published_warehouse: Path, tmp_path: 
     finally:
         os.umask(old)
     assert stat.S_IMODE(out.stat().st_mode) == 0o644
+
+
+def test_help_never_breaks_a_command_summary_mid_sentence() -> None:
+    """Each command's summary in a group's --help is one sentence on one line (a wide
+    terminal), and `freetime evidence --help` starts with its own summary whole."""
+    for group in ([], ["webhooks"], ["documents"], ["mcp"], ["sandbox"]):
+        env = {**os.environ, "COLUMNS": "200"}
+        out = subprocess.run(
+            [sys.executable, "-m", "freetime_cli.main", *group, "--help"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+        commands = out.split("Commands")[-1].splitlines()[1:-1]
+        assert commands, out
+        continued = [line for line in commands if line.startswith("│" + " " * 4)]
+        assert not continued, f"freetime {' '.join(group)} --help:\n{out}"
+    r = _cli("evidence", "--help")
+    assert "Write each container's evidence for a demurrage dispute (HTML and CSV)." in " ".join(
+        r.stdout.split()
+    )

@@ -113,35 +113,51 @@ def test_containers_at_risk_equals_the_risk_table(server: str, warehouse: Path) 
     assert {c["risk_level"] for c in only.structured_content["containers"]} <= {"overdue"}
 
 
-def test_get_container_by_number_and_id(server: str, warehouse: Path) -> None:
-    cid, number, level, lfd, source, projected = _risk(
+def test_get_container_gives_the_risk_tables_columns(server: str, warehouse: Path) -> None:
+    """A person's questions about one box (as the at-risk list's columns), not its ~90 wire
+    attributes: those stay one query_warehouse away."""
+    from pipelines.toolserver.queries import RISK_LIST_COLUMNS
+
+    cid, number, level, lfd, source, days, projected, line = _risk(
         warehouse,
-        "SELECT container_id, container_number, risk_level, lfd_date, lfd_source, "
-        "projected_demurrage FROM analytics.demurrage_risk WHERE container_id IN "
+        "SELECT container_id, container_number, risk_level, lfd_date, lfd_source, days_to_lfd, "
+        "projected_demurrage, lfd_line FROM analytics.demurrage_risk WHERE container_id IN "
         "(SELECT container_id FROM terminal49.container_holds) LIMIT 1",
     )[0]
-    by_number = call(server, "get_container", {"container": number.lower()}).structured_content
+    by_number = call(server, "get_container", {"container": number.lower()})
     by_id = call(server, "get_container", {"container": cid}).structured_content
-    assert by_number == by_id
-    assert by_number["risk"]["risk_level"] == level
-    assert by_number["binding_lfd"]["lfd_date"] == (lfd.isoformat() if lfd else None)
-    assert by_number["binding_lfd"]["lfd_source"] == source
-    assert by_number["risk"]["projected_demurrage"] == projected
+    got = by_number.structured_content
+    assert got == by_id
+    assert got["risk_level"] == level and got["days_to_lfd"] == days
+    assert got["lfd_date"] == (lfd.isoformat() if lfd else None) and got["lfd_source"] == source
+    assert got["projected_demurrage"] == projected
+    assert got["lfds"]["line"] == (line.isoformat() if line else None)
+    assert set(RISK_LIST_COLUMNS) - {"urgency_rank"} <= set(got)
+    assert by_number.content[0].text.startswith(f"{number}: {level}, binding LFD")
     holds = _risk(
-        warehouse, "SELECT count(*) FROM terminal49.container_holds WHERE container_id = ?", [cid]
+        warehouse,
+        "SELECT count(*) FROM terminal49.container_holds WHERE container_id = ?",
+        [cid],
     )[0][0]
-    assert len(by_number["holds"]) == holds > 0
-    lfd_cols = {
-        r[0]
-        for r in _risk(
-            warehouse,
-            "SELECT column_name FROM "
-            "information_schema.columns WHERE table_name = "
-            "'containers' AND column_name LIKE '%lfd%'",
-        )
+    assert len(got["holds"]) == holds > 0 and set(got["holds"][0]) <= {
+        "name",
+        "status",
+        "description",
     }
-    assert lfd_cols <= set(by_number["lfds"])
-    assert by_number["shipment"]["id"] == by_number["attributes"]["shipment_id"]
+    # no wire copies: far fewer fields than the containers row, none of its raw attributes
+    n_attributes = _risk(
+        warehouse,
+        "SELECT count(DISTINCT column_name) FROM information_schema.columns "
+        "WHERE table_schema = 'terminal49' AND table_name = 'containers'",
+    )[0][0]
+    assert n_attributes > 60 and len(got) < 40
+    for wire in ("attributes", "shipment", "pod_terminal_id", "import_deadlines", "_dlt_load_id"):
+        assert wire not in got
+    # the rest is one query away, and the query given works
+    sql = got["more"].split("query_warehouse with ", 1)[1].split(" (", 1)[0]
+    rows = call(server, "query_warehouse", {"sql": sql}).structured_content
+    assert rows["row_count"] == 1 and rows["rows"][0][rows["columns"].index("number")] == number
+    assert len(rows["columns"]) == n_attributes
     missing = call(server, "get_container", {"container": "NOPE0000000"})
     assert missing.is_error and "no container" in missing.content[0].text
 

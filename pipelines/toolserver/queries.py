@@ -281,8 +281,20 @@ def _row(
     return rows[0] if rows else None
 
 
+#: Per-source LFDs of the risk row (the binding one is ``lfd_date``/``lfd_source``).
+LFD_SOURCES = ("lfd_line", "lfd_terminal", "lfd_rail", "lfd_pod")
+#: Columns of a container's holds and fees that a person reads.
+HOLD_COLUMNS = ("name", "status", "description")
+FEE_COLUMNS = ("type", "amount", "currency_code")
+
+
 def get_container(snap: Snapshot, container: str) -> dict[str, Any]:
-    """Everything about one container, by number (any case) or Terminal49 id."""
+    """One container, by number (any case) or Terminal49 id, as a person asks about it: the
+    risk table's columns (:data:`RISK_LIST_COLUMNS`: level, reason, binding LFD with its
+    source, days left, holds, appointment, costs, port, terminal, carrier...), its LFD by
+    source, its holds and fees; ``more`` names the query that reads every attribute
+    (``query_warehouse``). Without a published risk row, ``risk_level`` is None and the
+    container's own status and appointment are given."""
     key = container.strip()
     if not key:
         raise ValueError("give a container number (e.g. MSCU1234567) or a container id")
@@ -295,51 +307,35 @@ def get_container(snap: Snapshot, container: str) -> dict[str, Any]:
         if attrs is None:
             raise NotFound(f"no container with number or id {key!r} in the warehouse")
         cid = attrs["id"]
-        risk = _row(snap, cur, A, "demurrage_risk", "container_id", cid)
-        sid = attrs.get("shipment_id")
-        shipment = _row(snap, cur, T, "shipments", "id", sid) if sid else None
-        holds = _children(snap, cur, "container_holds", cid)
-        fees = _children(snap, cur, "container_fees", cid)
-    lfds: dict[str, Any] = {c: attrs[c] for c in attrs if "lfd" in c or c == "import_deadlines"}
-    binding = None
-    if risk is not None:
-        binding = {
-            k: risk.get(k)
-            for k in (
-                "lfd_date",
-                "lfd_source",
-                "lfd_estimated",
-                "days_to_lfd",
-                "working_days_to_lfd",
-                "lfd_disagreement_days",
-            )
-            if k in risk
-        }
-        lfds.update({k: risk[k] for k in ("lfd_line", "lfd_terminal", "lfd_rail") if k in risk})
-    fee_sum = sum(
-        float(f.get("amount") or 0) for f in fees if str(f.get("type") or "").lower() != "total"
+        risk = _row(snap, cur, A, "demurrage_risk", "container_id", cid) or {}
+        holds = _children(snap, cur, "container_holds", cid, HOLD_COLUMNS)
+        fees = _children(snap, cur, "container_fees", cid, FEE_COLUMNS)
+    out: dict[str, Any] = {"container_id": cid, "container_number": attrs.get("number")}
+    for c in RISK_LIST_COLUMNS:
+        if c not in out and c != "urgency_rank":
+            out[c] = risk.get(c, attrs.get(c))
+    out["lfds"] = {k.removeprefix("lfd_"): risk[k] for k in LFD_SOURCES if k in risk}
+    for k in ("lfd_estimated", "lfd_disagreement_days"):
+        if k in risk:
+            out[k] = risk[k]
+    out["holds"] = holds
+    out["fees"] = fees
+    out["more"] = (
+        "every attribute: query_warehouse with SELECT * FROM terminal49.containers WHERE id = "
+        f"'{cid}' (its shipment: terminal49.shipments; the whole risk row: "
+        f"analytics.demurrage_risk WHERE container_id = '{cid}')"
     )
-    return {
-        "container_id": cid,
-        "container_number": attrs.get("number"),
-        "attributes": attrs,
-        "lfds": lfds,
-        "binding_lfd": binding,
-        "holds": holds,
-        "fees": fees,
-        "fees_sum_without_total": round(fee_sum, 2),
-        "risk": risk,
-        "shipment": shipment,
-    }
+    return out
 
 
 def _children(
-    snap: Snapshot, cur: duckdb.DuckDBPyConnection, table: str, cid: str
+    snap: Snapshot, cur: duckdb.DuckDBPyConnection, table: str, cid: str, show: Sequence[str]
 ) -> list[dict[str, Any]]:
+    """The live rows of ``table`` for container ``cid``, the ``show`` columns it has."""
     cols = _columns(snap, T, table)
     if not cols:
         return []
-    keep = [c for c in _public(cols) if c not in ("container_id", "_deleted", "fetched_at")]
+    keep = [c for c in show if c in cols]
     alive = "AND coalesce(_deleted, false) = false" if "_deleted" in cols else ""
     order = "ORDER BY position" if "position" in cols else ""
     sel = ", ".join(quote(c) for c in keep)

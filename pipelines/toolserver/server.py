@@ -51,14 +51,15 @@ class AtRiskOut(_Out):
 class ContainerOut(_Out):
     container_id: str
     container_number: str | None
-    attributes: dict[str, Any]
+    risk_level: str | None
+    risk_reason: str | None
+    lfd_date: str | None
+    lfd_source: str | None
+    days_to_lfd: int | None
     lfds: dict[str, Any]
-    binding_lfd: dict[str, Any] | None
     holds: list[dict[str, Any]]
     fees: list[dict[str, Any]]
-    fees_sum_without_total: float
-    risk: dict[str, Any] | None
-    shipment: dict[str, Any] | None
+    more: str
 
 
 class SummaryOut(_Out):
@@ -184,16 +185,16 @@ def build_server(
             Field(description="Container number (e.g. MSCU1234567) or Terminal49 container id."),
         ],
     ) -> Annotated[CallToolResult, ContainerOut]:
-        """One container: attributes, holds, fees, every LFD by source and the binding one,
-        its risk row (level, reason, accrued and projected costs) and its shipment."""
+        """One container as the at-risk list shows it: level, reason, binding LFD with its
+        source, days left, holds, appointment, costs, port, terminal, carrier; its LFD by
+        source, holds and fees. Every other attribute: query_warehouse (see ``more``)."""
         out = _answer(
             rd, ("get_container", container), lambda snap: queries.get_container(snap, container)
         )
-        risk = out["risk"] or {}
         text = (
-            f"{out['container_number']}: {risk.get('risk_level', 'no risk row')}, binding "
-            f"LFD {risk.get('lfd_date')} ({risk.get('lfd_source')}); "
-            f"{risk.get('risk_reason') or ''}"
+            f"{out['container_number']}: {out.get('risk_level') or 'no risk row'}, binding "
+            f"LFD {out.get('lfd_date')} ({out.get('lfd_source')}); "
+            f"{out.get('risk_reason') or ''}"
         ).strip()
         return _result(text, out)
 
