@@ -11,9 +11,9 @@ Contract of :func:`layout` and :func:`print_at_risk`:
 - the reason goes on the same line when every shown reason fits there, otherwise on a line of
   its own under its container, cut with an ellipsis at the width: a container takes one line,
   or two;
-- without a limit, a terminal shows what fits its height and a line says how many more there
-  are; output that is not a terminal gets every row. The last line totals the projected
-  demurrage of the containers shown.
+- without a limit, a terminal shows what fits its height (leaving a line for the prompt);
+  output that is not a terminal gets every row. The last line says how many are shown, how
+  many more there are, and the projected demurrage of those shown.
 
 Rows are those of :func:`flows.artifacts.at_risk_rows` (most urgent first).
 """
@@ -33,7 +33,8 @@ Row = Mapping[str, Any]
 LEVEL_STYLE = {"overdue": "bold red", "due_today": "red", "imminent": "yellow"}
 GAP = 2  # spaces between columns
 REASON_INDENT = 4  # a reason on its own line starts under the container, a little in
-#: Lines around the rows: title, header, "N more", the total.
+#: Lines around the rows: title, header, the total (with "N more"), and the shell's prompt
+#: after the command (else the title scrolls off a full screen).
 FRAME_LINES = 4
 
 
@@ -262,17 +263,25 @@ def rows_that_fit(rows: Sequence[Row], width: int, height: int, reserve: int = 0
     return max(1, min(len(rows), room // per_row))
 
 
-def total_line(shown: Sequence[Row], of: int) -> str:
-    """``10 of 98 shown; projected demurrage 12,345 USD (2 uncosted)``."""
+def total_line(shown: Sequence[Row], of: int, width: int = 10_000) -> str:
+    """``10 shown, 88 more (--limit 0: all); projected demurrage 12,345 USD, 2 uncosted``: what
+    is shown, what is not, and the projected demurrage of what is shown; shorter words when
+    the line would not fit ``width``."""
     costs = [r.get("projected_demurrage") for r in shown]
     total = sum(float(c) for c in costs if c is not None)
     found = {r.get("currency") for r in shown if r.get("currency")}
     currency = f" {found.pop()}" if len(found) == 1 else ""
     uncosted = sum(1 for c in costs if c is None)
-    return (
-        f"{len(shown)} of {of} shown; projected demurrage of those shown {total:,.0f}{currency}"
-        + (f" ({uncosted} uncosted)" if uncosted else "")
-    )
+    more = of - len(shown)
+    for long in (True, False):
+        head = f"{len(shown)} shown" + (
+            f", {more:,} more" + (" (--limit 0: all)" if long else "") if more else ""
+        )
+        cost = ("projected demurrage " if long else "projected ") + f"{total:,.0f}{currency}"
+        line = f"{head}; {cost}" + (f", {uncosted} uncosted" if uncosted else "")
+        if len(line) <= width:
+            break
+    return line
 
 
 def print_at_risk(
@@ -298,12 +307,7 @@ def print_at_risk(
     shown = list(rows) if limit == 0 else list(rows[:limit])
     for line in render(shown, console.width, wide, title):
         console.print(line, crop=False, soft_wrap=True)
-    more = len(rows) - len(shown)
-    if more:
-        console.print(
-            f"... {more} more (--limit N shows N, --limit 0 all)", style="dim", highlight=False
-        )
-    console.print(total_line(shown, len(rows)), highlight=False, soft_wrap=True)
+    console.print(total_line(shown, len(rows), console.width), highlight=False, soft_wrap=True)
 
 
 # -- filters -------------------------------------------------------------------------------------

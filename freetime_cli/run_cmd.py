@@ -345,8 +345,9 @@ def print_report(report: RunReport, view: TableView) -> None:
     if view.filters:
         title += f", {view.filters.describe()}"
     if rows:
-        # around the table: the "loaded" line above; levels, requests and timing below
-        print_at_risk(con, rows, title=title, limit=view.limit, wide=view.wide, reserve=4)
+        # around the table: the "loaded" line above; levels, requests and timing below (two
+        # lines each on a narrow terminal)
+        print_at_risk(con, rows, title=title, limit=view.limit, wide=view.wide, reserve=7)
     elif view.filters:
         con.print(f"No at-risk container matches {view.filters.describe()}.", highlight=False)
     else:

@@ -103,10 +103,10 @@ def test_nothing_essential_is_cut_at_any_width(width: int) -> None:
 
 def test_80_columns_hold_ten_containers_in_24_lines() -> None:
     data = rows()
-    lines = _print(80, data)  # no limit: what fits a 24-line terminal
-    assert len(lines) <= 24
+    lines = _print(80, data)  # no limit: what fits a 24-line terminal, and the prompt after
+    assert len(lines) <= 23
     assert len(_container_lines(lines, data)) >= 10
-    assert "more" in lines[-2] and lines[-2].startswith(f"... {len(data) - 10} more")
+    assert lines[-1].startswith(f"10 shown, {len(data) - 10} more (--limit 0: all); projected")
     assert layout(data[:10], 80).lines_per_row == 2
     # the reason, on its own line, is the part cut to the width
     assert any(line.startswith("    LFD passed") and line.endswith("…") for line in lines)
@@ -148,11 +148,13 @@ def test_limit_and_total_of_what_is_shown() -> None:
     data = rows(20)
     lines = _print(160, data, limit=3)
     assert len(_container_lines(lines, data)) == 3
-    assert lines[-2].startswith("... 17 more")
-    shown = data[:3]
-    assert lines[-1] == total_line(shown, 20)
     # rows 0..2: 0 is uncosted, 1 and 2 cost 1,010 and 1,020
-    assert lines[-1] == "3 of 20 shown; projected demurrage of those shown 2,030 USD (1 uncosted)"
+    assert lines[-1] == (
+        "3 shown, 17 more (--limit 0: all); projected demurrage 2,030 USD, 1 uncosted"
+    )
+    assert total_line(data, 20) == "20 shown; projected demurrage 17,600 USD, 4 uncosted"
+    big = [dict(r, projected_demurrage=123_456_789.0) for r in data[:10]]
+    assert len(total_line(big, 123_456, 60)) <= 60 < len(total_line(big, 123_456))
     assert rows_that_fit(data, 80, 24) == 10 and rows_that_fit(data, 80, 24, reserve=4) == 8
     not_a_terminal = Console(file=io.StringIO(), width=80, height=24)
     print_at_risk(not_a_terminal, data, title="t")

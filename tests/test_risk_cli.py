@@ -80,8 +80,7 @@ def test_cli_limit_filters_and_total(db: Path) -> None:
     base = ["--duckdb", str(db), "--as-of", "2025-11-14T16:00:00Z"]
     r = runner.invoke(app, [*base, "--limit", "2"])
     assert r.exit_code == 0, r.output
-    assert "B2" in r.stdout and "... 3 more" in r.stdout
-    assert "2 of 5 shown; projected demurrage of those shown" in r.stdout
+    assert "B2" in r.stdout and "2 shown, 3 more (--limit 0: all); projected demurrage" in r.stdout
     every = json.loads(runner.invoke(app, [*base, "--format", "json"]).stdout)
     first = every[0]["container_number"]
     r = runner.invoke(app, [*base, "--format", "json", "--limit", "1"])
