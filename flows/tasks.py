@@ -272,14 +272,13 @@ def load_account(
 
     def track(stats: ScanStats) -> None:
         scans[stats.kind] = stats
-        progress.report(
-            "load", sum(s.distinct for s in scans.values()), None, f"{stats.kind}, records"
-        )
+        progress.report(f"load {stats.kind}", stats.distinct, stats.total or None, "records")
 
     try:
         summary = run_load(duckdb_path, api, full=full, concurrency=concurrency, on_page=track)
     finally:
-        progress.finish("load")
+        for kind in scans:
+            progress.finish(f"load {kind}")
     outcome = LoadOutcome(
         summary=summary,
         api_totals={k: s.total for k, s in scans.items()},

@@ -201,8 +201,12 @@ def _run(duckdb: Path | None, as_of: str | None, view: TableView) -> None:
             os.environ["TERMINAL49_API_KEY"] = key
             os.environ["TERMINAL49_BASE_URL"] = url
         _start_temporary_prefect_server()
-        with progress.showing(StepProgress(console)):
-            report = _run_sync(duckdb, when)
+        bars = StepProgress(console)
+        try:
+            with progress.showing(bars):
+                report = _run_sync(duckdb, when)
+        finally:
+            bars.close()
         finished = time.perf_counter()
     print_report(report, view)
     print_timing(
@@ -215,15 +219,20 @@ class StepProgress:
     """Progress of the steps that wait on the API (:mod:`pipelines.progress`), on stderr: a
     live bar on a terminal; elsewhere a line when a step starts waiting and every 10 s."""
 
-    STEPS = {"load": "loading the account", "events": "transport events"}
+    STEPS = {"events": "transport events"}  # others read as they are: "load containers"
 
     def __init__(self, con: Console) -> None:
         self.con = con
         self.bars: Progress | None = None
         self.tasks: dict[str, TaskID] = {}
         self.said: dict[str, float] = {}
+        self.lock = threading.Lock()  # the load's scans report from several threads
 
     def update(self, step: str, done: int, total: int | None, note: str = "") -> None:
+        with self.lock:
+            self._update(step, done, total, note)
+
+    def _update(self, step: str, done: int, total: int | None, note: str) -> None:
         label = f"{self.STEPS.get(step, step)} ({note})" if note else self.STEPS.get(step, step)
         if not self.con.is_terminal:
             now = time.monotonic()
@@ -247,13 +256,20 @@ class StepProgress:
         self.bars.update(self.tasks[step], completed=done, total=total, description=label)
 
     def finish(self, step: str) -> None:
-        task = self.tasks.pop(step, None)
-        self.said.pop(step, None)
-        if self.bars is not None and task is not None:
-            self.bars.remove_task(task)
-            if not self.tasks:
-                self.bars.stop()
-                self.bars = None
+        with self.lock:
+            task = self.tasks.pop(step, None)
+            self.said.pop(step, None)
+            if self.bars is not None and task is not None:
+                self.bars.remove_task(task)
+                if not self.tasks:
+                    self.close()
+
+    def close(self) -> None:
+        """Stop the live display (also after a Ctrl+C or a failed step)."""
+        if self.bars is not None:
+            self.bars.stop()
+            self.bars = None
+        self.tasks.clear()
 
 
 def _start_temporary_prefect_server() -> None:
