@@ -31,12 +31,19 @@ LimitOption = typer.Option(
     help="Containers to list, most urgent first; 0 lists all. Default: what fits the terminal "
     "(all when the output is not a terminal).",
     show_default=False,
+    metavar="N",
 )
-PortOption = typer.Option("--port", help="Only this port of discharge (UN/LOCODE, e.g. USLAX).")
+PortOption = typer.Option(
+    "--port", metavar="LOCODE", help="Only this port of discharge (UN/LOCODE, e.g. USLAX)."
+)
 TerminalOption = typer.Option(
-    "--terminal", help="Only this terminal: its FIRMS code (e.g. Y258) or part of its name."
+    "--terminal",
+    metavar="TERMINAL",
+    help="Only this terminal: its FIRMS code (e.g. Y258) or part of its name.",
 )
-CarrierOption = typer.Option("--carrier", help="Only this shipping line (SCAC, e.g. MAEU).")
+CarrierOption = typer.Option(
+    "--carrier", metavar="SCAC", help="Only this shipping line (SCAC, e.g. MAEU)."
+)
 WideOption = typer.Option(
     "--wide", help="Every column in full, whatever the terminal's width (lines may wrap)."
 )
