@@ -154,6 +154,11 @@ def test_freetime_run_bad_input_is_one_line(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert result.stderr.strip().count("\n") == 0 and "--as-of" in result.stderr
     assert "Traceback" not in result.stderr
+    for args, needle in ((["--limit", "-1"], "--limit -1"), (["--port", "LA"], "--port 'LA'")):
+        result = _freetime(tmp_path, "run", *args, timeout=60)
+        assert result.returncode == 2 and result.stderr.startswith(f"error: {needle}")
+        assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert not (tmp_path / "data").exists()  # refused before anything started
 
 
 def test_freetime_run_failing_in_its_first_task(tmp_path: Path) -> None:
