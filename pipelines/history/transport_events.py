@@ -46,7 +46,7 @@ from pipelines.write import LOADS_TABLE, write, writer_lock
 
 WRITER = "events"
 #: Requests the events step makes at most per run (one per container): at the API's 100
-#: requests a minute, never more than about 25 s of waiting, even right after a full window.
+#: requests a minute, 24 s of the window at most (docs/scheduling.md).
 REQUEST_BUDGET = 40
 MILESTONES = (
     "current_status",
