@@ -229,3 +229,43 @@ def slack_to(hooks: Hooks) -> Iterator[None]:
         yield
     finally:
         NotifySlack.webhook_url = saved
+
+
+# ---- an outbox to deliver --------------------------------------------------------------------
+def write_outbox(path: Path, count: int, **overrides: Any) -> None:
+    """A warehouse whose ``analytics.alert_outbox`` holds ``count`` alerts raised now, as the
+    rules write them (one imminent box each, ``MSCU000000<i>``)."""
+    import duckdb
+
+    from pipelines.alerts.rules import OUTBOX, OUTBOX_DDL
+
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE SCHEMA IF NOT EXISTS analytics")
+        con.execute(OUTBOX_DDL)
+        start = con.execute(f"SELECT coalesce(max(seq), 0) FROM {OUTBOX}").fetchone()[0]  # type: ignore[index]
+        for i in range(start + 1, start + count + 1):
+            row = {
+                "seq": i,
+                "alert_key": f"key-{i:04d}",
+                "container_id": f"c{i}",
+                "container_number": f"MSCU{i:07d}",
+                "kind": "level",
+                "value": "imminent 2030-01-11",
+                "detail": "now imminent (was watch)",
+                "risk_level": "imminent",
+                "lfd_date": dt.date(2030, 1, 11),
+                "lfd_source": "terminal",
+                "days_to_lfd": 2,
+                "port_of_discharge_locode": "USLAX",
+                "pod_terminal_name": "Pier 400",
+                "shipping_line_scac": "MAEU",
+                "blocking_holds": ["customs"],
+                "projected_demurrage": 450.0,
+                "currency": "USD",
+                "risk_reason": "LFD in 2 days",
+                "raised_at": dt.datetime.now(dt.UTC),
+                **overrides,
+            }
+            cols = ", ".join(row)
+            marks = ", ".join("?" for _ in row)
+            con.execute(f"INSERT INTO {OUTBOX} ({cols}) VALUES ({marks})", list(row.values()))
