@@ -24,6 +24,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
+from flows.alerts import send_alerts
 from flows.artifacts import Reconciliation
 from flows.tasks import (
     LoadOutcome,
@@ -100,6 +101,8 @@ def sync(
             write_html_report(path)
             reconciliation = reconcile_counts(path, load) if full else None
             published = publish_artifacts(name, path, risk, load, reconciliation)
+    with _timed(timings, "alerts"):  # outside the slot: a slow channel never blocks a load
+        send_alerts(path)
     get_run_logger().info(
         "%s done: %d at risk; load %.1fs, risk %.1fs, publish %.1fs",
         name,
@@ -138,6 +141,8 @@ def risk(
             summary = compute_risk(path, as_of, tariffs_path)
         with _timed(timings, "publish"):
             published = publish_artifacts("risk", path, summary)
+    with _timed(timings, "alerts"):
+        send_alerts(path)
     return RunReport(
         flow="risk",
         duckdb_path=path,
