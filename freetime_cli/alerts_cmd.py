@@ -183,15 +183,20 @@ def digest(
         if dry_run:
             rows = read_at_risk(duckdb)
             dests = [d for d in settings.destinations if destination in (None, d.name)]
-            with DeliveryState(state or default_state_path(duckdb)) as st:
-                for d in dests or [None]:
-                    last = st.last_digest(d.key) if d else None
-                    dg = render_digest(
-                        d, rows, last["snapshot"] if last else None, when, email=False
-                    )
-                    who = d.label if d else "all boxes (no destination configured)"
-                    out.print(f"=== {escape(who)}: {escape(dg.title)}", highlight=False)
-                    out.print(escape(dg.body), highlight=False, soft_wrap=True)
+            state_file = state or default_state_path(duckdb)
+            last: dict[str, str] = {}
+            if state_file.exists():  # a dry run writes nothing, not even an empty state
+                with DeliveryState(state_file) as st:
+                    for d in dests:
+                        row = st.last_digest(d.key)
+                        if row:
+                            last[d.key] = row["snapshot"]
+            for dest in dests or [None]:
+                previous = last.get(dest.key) if dest else None
+                dg = render_digest(dest, rows, previous, when, "text")
+                who = dest.label if dest else "all boxes (no destination configured)"
+                out.print(f"=== {escape(who)}: {escape(dg.title)}", highlight=False)
+                out.print(escape(dg.body), highlight=False, soft_wrap=True)
             return
         results = send_digests(
             duckdb, settings, state_path=state, now=when, force=force, only=destination

@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -204,29 +205,44 @@ def render_chat(rows: Sequence[Mapping[str, Any]], changes: Changes) -> tuple[st
     return "\n".join(lines), shown
 
 
+def render_text(rows: Sequence[Mapping[str, Any]], changes: Changes) -> str:
+    """Plain text, every row (``freetime alerts digest --dry-run``)."""
+    cells = [COLUMNS, *(_cells(r) for r in rows)]
+    widths = [min(max(len(c[i]) for c in cells), 40) for i in range(len(COLUMNS) - 1)]
+    lines = [f"{len(rows)} at risk: {_counts(rows)}", *changes.lines(limit=20), ""]
+    for c in cells:
+        lines.append(
+            "  ".join(x[:40].ljust(w) for x, w in zip(c, widths, strict=False)) + "  " + c[-1]
+        )
+    return "\n".join(lines)
+
+
 def render_digest(
     dest: Destination | None,
     rows: Sequence[Mapping[str, Any]],
     previous_snapshot: str | None,
     now: datetime,
-    email: bool | None = None,
+    fmt: str | None = None,
 ) -> Digest:
-    """The digest for ``dest`` (None: every box, as email unless ``email`` says otherwise)."""
+    """The digest for ``dest`` (None: every box). ``fmt``: ``email`` (HTML), ``chat``
+    (Markdown summary) or ``text`` (every row); default by the destination's channel."""
     zone = ZoneInfo(dest.timezone if dest else "UTC")
     local = now.astimezone(zone)
     mine = [r for r in rows if dest is None or dest.filter.matches(r)]
     changes = changes_since(previous_snapshot, mine)
     title = f"freetime digest {local:%Y-%m-%d}: {len(mine)} at risk ({_counts(mine)})"
-    as_email = email if email is not None else (dest is None or dest.is_email)
-    if as_email:
+    fmt = fmt or ("email" if dest is None or dest.is_email else "chat")
+    if fmt == "email":
         body, shown = render_email(mine, changes, title)
-    else:
+    elif fmt == "chat":
         body, shown = render_chat(mine, changes)
+    else:
+        body, shown = render_text(mine, changes), len(mine)
     return Digest(
         destination=dest.name if dest else "-",
         title=title,
         body=body,
-        body_format="html" if as_email else "markdown",
+        body_format={"email": "html", "chat": "markdown"}.get(fmt, "text"),
         rows=len(mine),
         shown=shown,
         local_date=local.date().isoformat(),
@@ -276,6 +292,7 @@ def send_digests(
     state = Path(state_path) if state_path else default_state_path(duckdb_path)
     dests = [d for d in settings.destinations if only is None or d.name == only]
     out: list[DigestResult] = []
+    todo: list[DigestResult] = []
     rows: list[dict[str, Any]] | None = None
     with DeliveryState(state) as st:
         for d in dests:
@@ -288,8 +305,20 @@ def send_digests(
             if rows is None:
                 rows = read_at_risk(duckdb_path)
             dg = render_digest(d, rows, last["snapshot"] if last else None, now)
-            why = send(d, dg.title, dg.body, dg.body_format, None)
-            if why is None:
-                st.digest_sent(d.key, dg.local_date, now, dg.snapshot)
-            out.append(DigestResult(d.name, d.label, dg, why))
+            todo.append(DigestResult(d.name, d.label, dg))
+        by_name = {d.name: d for d in dests}
+
+        def one(r: DigestResult) -> DigestResult:
+            assert r.digest is not None
+            r.error = send(
+                by_name[r.destination], r.digest.title, r.digest.body, r.digest.body_format, None
+            )
+            return r
+
+        # each destination on its own: a slow channel delays only its own digest
+        with ThreadPoolExecutor(max_workers=max(len(todo), 1)) as pool:
+            for r in pool.map(one, todo):
+                if r.error is None and r.digest is not None:
+                    st.digest_sent(r.destination, r.digest.local_date, now, r.digest.snapshot)
+                out.append(r)
     return out
