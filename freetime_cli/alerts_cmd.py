@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -15,6 +15,9 @@ from rich.markup import escape
 from freetime_cli._common import DuckDbOption, console, fail, out, parse_as_of, quiet_logging
 from pipelines.config import ConfigError
 from pipelines.warehouse import WarehouseError
+
+if TYPE_CHECKING:
+    from pipelines.alerts import AlertSettings, Destination
 
 app = typer.Typer(no_args_is_help=True, help="Alerts on changes of risk, and the digest.")
 
@@ -34,7 +37,7 @@ StateOption = Annotated[
 ]
 
 
-def _settings(config: Path | None):  # type: ignore[no-untyped-def]
+def _settings(config: Path | None) -> AlertSettings:
     from pipelines.alerts import load_settings
 
     try:
@@ -62,7 +65,7 @@ def test(
         if "://" not in destination:
             names = ", ".join(d.name for d in settings.destinations) or "none configured"
             fail(f"no destination named {destination!r} (known: {names}); or give an Apprise URL")
-        dest = destination_from({"url": destination, "name": "test"}, "test", None, "UTC")  # type: ignore[arg-type]
+        dest = destination_from({"url": destination, "name": "test"}, "test", None, "UTC")
     if dest.error:
         fail(f"{dest.label}: {dest.error}")
     sample = {
@@ -191,7 +194,8 @@ def digest(
                         row = st.last_digest(d.key)
                         if row:
                             last[d.key] = row["snapshot"]
-            for dest in dests or [None]:
+            shown: list[Destination | None] = list(dests) or [None]
+            for dest in shown:
                 previous = last.get(dest.key) if dest else None
                 dg = render_digest(dest, rows, previous, when, "text")
                 who = dest.label if dest else "all boxes (no destination configured)"

@@ -280,7 +280,7 @@ def check_url(url: str) -> str | None:
 
 
 def destination_from(
-    raw: Mapping[str, Any], where: str, default_time: time, default_zone: str
+    raw: Mapping[str, Any], where: str, default_time: time | None, default_zone: str
 ) -> Destination:
     """One ``[[alerts.destinations]]`` entry. A bad URL or filter gives a Destination with
     ``error`` set rather than an exception (only that destination waits)."""
