@@ -35,6 +35,24 @@ from pipelines.warehouse import WarehouseMissing, reading, table_names
 EMAIL_TABLE_BUDGET = 350_000
 CHAT_BUDGET = 3_500
 CHAT_ROWS = 10
+#: The risk columns a digest shows or filters on.
+DIGEST_COLUMNS = (
+    "container_id",
+    "container_number",
+    "risk_level",
+    "lfd_date",
+    "lfd_source",
+    "days_to_lfd",
+    "pod_terminal_name",
+    "pod_terminal_firms_code",
+    "port_of_discharge_locode",
+    "shipping_line_scac",
+    "bill_of_lading_number",
+    "blocking_holds",
+    "projected_demurrage",
+    "currency",
+    "risk_reason",
+)
 COLUMNS = ("container", "level", "LFD", "days", "terminal", "holds", "projected", "reason")
 
 
@@ -47,8 +65,9 @@ def read_at_risk(duckdb_path: str | Path | None) -> list[dict[str, Any]]:
             raise WarehouseMissing(f"no {A}.demurrage_risk in {path}: run `freetime risk` first")
         con.execute("SET TimeZone = 'UTC'")
         levels = ", ".join(f"'{lv}'" for lv in AT_RISK_LEVELS)
+        cols = ", ".join(f"r.{c}" for c in DIGEST_COLUMNS)
         cur = con.execute(
-            f"SELECT r.*, refs.reference_numbers FROM {A}.demurrage_risk r "
+            f"SELECT {cols}, refs.reference_numbers FROM {A}.demurrage_risk r "
             f"LEFT JOIN ({references_sql(con)}) refs USING (container_id) "
             f"WHERE risk_level IN ({levels}) {URGENCY_ORDER}"
         )

@@ -77,6 +77,20 @@ NEEDED = (
     "terminal_checked_at",
 )
 
+#: The columns whose change can raise an alert (a row where none changed raises nothing).
+COMPARED = (
+    "risk_level",
+    "lfd_date",
+    "lfd_line",
+    "lfd_terminal",
+    "lfd_rail",
+    "blocking_holds",
+    "available_for_pickup",
+    "current_status",
+    "projected_demurrage",
+    "stale",
+)
+
 OUTBOX_DDL = f"""CREATE TABLE IF NOT EXISTS {OUTBOX} (
     seq BIGINT NOT NULL,
     alert_key VARCHAR NOT NULL,
@@ -152,8 +166,9 @@ def rules_sql(settings: AlertSettings, references: str) -> str:
                          AND lfd_date < p_lfd_date)"""
         )
     moved = "\nUNION ALL BY NAME\n".join(moves)
+    changed = " OR ".join(f"c.{col} IS DISTINCT FROM p.{col}" for col in COMPARED)
     return f"""
-    WITH j AS (
+    WITH j AS MATERIALIZED (
         SELECT c.*,
             p.risk_level AS p_risk_level, p.lfd_date AS p_lfd_date,
             p.lfd_line AS p_lfd_line, p.lfd_terminal AS p_lfd_terminal,
@@ -169,6 +184,8 @@ def rules_sql(settings: AlertSettings, references: str) -> str:
             coalesce({at("p.")}, false) AS p_at_risk
         FROM {A}.demurrage_risk c
         LEFT JOIN {A}.demurrage_risk_previous p ON p.container_id = c.container_id
+        -- every rule needs one of these to differ: the rest of the table is skipped
+        WHERE p.container_id IS NULL OR {changed}
     ),
     raised AS (
         SELECT *, 'level' AS kind, 1 AS rule,
