@@ -215,3 +215,43 @@ def test_load_and_risk_complete_whatever_the_alert_settings(
     assert summary.rows > 0
     r = CliRunner().invoke(app, ["alerts", "send", "--duckdb", str(wh)])
     assert r.exit_code == 2 and "is not valid TOML" in r.output and "Traceback" not in r.output
+
+
+def test_the_risk_flow_raises_and_sends_and_a_down_channel_does_not_fail_it(
+    tmp_path: Path,
+    published_warehouse: Path,
+    prefect_harness: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import shutil
+    from datetime import datetime
+
+    import duckdb
+
+    from flows.sync import risk
+
+    wh = tmp_path / "w.duckdb"
+    shutil.copy(published_warehouse, wh)
+    good, down = start_hooks(), start_hooks()
+    down.answer = lambda path: (500, 0.0)
+    monkeypatch.setenv("FREETIME_ALERTS_CONFIG", str(config(tmp_path / "a.toml")))
+    monkeypatch.setenv("FREETIME_ALERT_URLS", f"json://{good.netloc}/a json://{down.netloc}/b")
+    monkeypatch.setenv("FREETIME_ALERTS_STATE", str(tmp_path / "s.sqlite"))
+    try:
+        report = risk(str(wh), as_of=datetime.fromisoformat("2026-11-22T12:00:00+00:00"))
+        assert report.risk.rows > 0 and "alerts" in report.timings
+        with duckdb.connect(str(wh), read_only=True) as con:
+            keys = [
+                r[0]
+                for r in con.execute(
+                    "SELECT alert_key FROM analytics.alert_outbox ORDER BY seq"
+                ).fetchall()
+            ]
+        assert keys, "two days later some box must have raised an alert"
+        assert [b["idempotency_key"] for b in good.bodies("/a")] == keys
+        assert len(down.received) == 1  # the first failure stops that destination's pass
+        statuses = alert_statuses(wh, load_settings(), state_path=tmp_path / "s.sqlite")
+        assert {s.status for s in statuses if "/b" in s.destination} == {"failed"}
+    finally:
+        good.close()
+        down.close()
