@@ -54,7 +54,7 @@ class RunReport:
     changes: dict[str, int] | None
     load: LoadOutcome | None = None
     reconciliation: list[Reconciliation] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)  # slot, load, risk, publish
+    timings: dict[str, float] = field(default_factory=dict)  # slot, load, risk, publish, alerts
     body_started: float = 0.0  # time.perf_counter() when the flow body began (same process)
 
 
