@@ -168,7 +168,15 @@ def rules_sql(settings: AlertSettings, references: str) -> str:
     moved = "\nUNION ALL BY NAME\n".join(moves)
     changed = " OR ".join(f"c.{col} IS DISTINCT FROM p.{col}" for col in COMPARED)
     return f"""
-    WITH j AS MATERIALIZED (
+    WITH changed AS MATERIALIZED (
+        -- every rule needs one of these to differ: the rest of the table is skipped (found
+        -- on the compared columns alone, before the wide rows are read)
+        SELECT c.container_id
+        FROM {A}.demurrage_risk c
+        LEFT JOIN {A}.demurrage_risk_previous p ON p.container_id = c.container_id
+        WHERE p.container_id IS NULL OR {changed}
+    ),
+    j AS MATERIALIZED (
         SELECT c.*,
             p.risk_level AS p_risk_level, p.lfd_date AS p_lfd_date,
             p.lfd_line AS p_lfd_line, p.lfd_terminal AS p_lfd_terminal,
@@ -184,8 +192,7 @@ def rules_sql(settings: AlertSettings, references: str) -> str:
             coalesce({at("p.")}, false) AS p_at_risk
         FROM {A}.demurrage_risk c
         LEFT JOIN {A}.demurrage_risk_previous p ON p.container_id = c.container_id
-        -- every rule needs one of these to differ: the rest of the table is skipped
-        WHERE p.container_id IS NULL OR {changed}
+        WHERE c.container_id IN (SELECT container_id FROM changed)
     ),
     raised AS (
         SELECT *, 'level' AS kind, 1 AS rule,
