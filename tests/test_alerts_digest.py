@@ -179,3 +179,32 @@ def test_the_digest_flow_sends_the_due_digests(
         assert digest(str(warehouse), as_of=NOW) == []
     finally:
         smtp.controller.stop()
+
+
+def test_cli_digest_sends_when_forced_and_refuses_bad_input(
+    tmp_path: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    smtp = start_smtp(tmp_path, "starttls")
+    cfg = tmp_path / "a.toml"
+    cfg.write_text(
+        '[alerts]\ndigest_time = "23:59"\n'
+        f'[[alerts.destinations]]\nname = "mail"\nurl = "{smtp.url()}"\n'
+    )
+    monkeypatch.delenv("FREETIME_ALERT_URLS", raising=False)
+    common = ["--duckdb", str(warehouse), "--config", str(cfg), "--state", str(tmp_path / "s")]
+    runner = CliRunner()
+    try:
+        r = runner.invoke(app, ["alerts", "digest", *common, "--as-of", NOW.isoformat()])
+        assert r.exit_code == 0 and "no digest due" in r.output and smtp.messages == []
+        r = runner.invoke(app, ["alerts", "digest", *common, "--force"])
+        assert r.exit_code == 0, r.output
+        assert "mail (mailtos://desk:****@" in r.output and "digest sent" in r.output
+        assert len(smtp.messages) == 1
+        for bad, words in (
+            (["--as-of", "yesterday"], "is not an ISO 8601"),
+            (["--destination", "nope"], "no destination named 'nope'"),
+        ):
+            r = runner.invoke(app, ["alerts", "digest", *common, *bad])
+            assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output
+    finally:
+        smtp.controller.stop()
