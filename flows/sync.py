@@ -24,6 +24,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
+from flows.alerts import send_alerts
 from flows.artifacts import Reconciliation
 from flows.tasks import (
     LoadOutcome,
@@ -128,6 +129,8 @@ def sync(
             published = publish_artifacts(
                 name, path, risk, load, reconciliation, timings=timings, requests=requests
             )
+    with _timed(timings, "alerts"):  # outside the slot: a slow channel never blocks a load
+        send_alerts(path)
     get_run_logger().info(
         "%s done: %d at risk; %s",
         name,
@@ -166,6 +169,8 @@ def risk(
             summary = compute_risk(path, as_of, tariffs_path)
         with _timed(timings, "publish"):
             published = publish_artifacts("risk", path, summary)
+    with _timed(timings, "alerts"):
+        send_alerts(path)
     return RunReport(
         flow="risk",
         duckdb_path=path,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from freetime_cli import (
+    alerts_cmd,
     documents_cmd,
     evidence_cmd,
     load_cmd,
@@ -34,6 +35,7 @@ app.command("serve")(serve_cmd.serve)
 app.add_typer(webhooks_cmd.app, name="webhooks", help="Receive and apply Terminal49 webhooks.")
 app.add_typer(documents_cmd.app, name="documents", help="Upload documents; load document intake.")
 app.add_typer(mcp_cmd.app, name="mcp", help="Serve the warehouse to MCP tool clients.")
+app.add_typer(alerts_cmd.app, name="alerts", help="Alerts on risk changes; the morning digest.")
 
 
 if __name__ == "__main__":

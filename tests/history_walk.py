@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,9 +86,14 @@ def snapshot(path: Path, cid: str) -> dict[str, Any]:
     return out
 
 
-def walk(tmp: Path) -> Walk:
+def walk(
+    tmp: Path,
+    after_step: Callable[[Walk, dt.datetime], None] | None = None,
+    steps: int = STEPS,
+) -> Walk:
     """Full load at the start; then every 12 hours an incremental load (even steps) or the
-    webhooks delivered since (odd steps), applied from an inbox."""
+    webhooks delivered since (odd steps), applied from an inbox. ``after_step(walk, clock)``
+    runs after each step (the full load included), the warehouse free."""
     path = tmp / "walk.duckdb"
     inbox_path = tmp / "inbox.sqlite"
     out = Walk(path)
@@ -108,8 +114,10 @@ def walk(tmp: Path) -> Walk:
         run_load(path, api, full=True, transport=clock)
         out.steps.append((START, "full"))
         out.snapshots.append(snapshot(path, CONTAINER))
+        if after_step:
+            after_step(out, START)
         with Terminal49Client(api.base_url, api.api_key or "", rate_limit_per_minute=None) as c:
-            for k in range(1, STEPS + 1):
+            for k in range(1, steps + 1):
                 sb.advance(hours=STEP_HOURS)
                 now = START + dt.timedelta(hours=STEP_HOURS * k)
                 clock.now = now
@@ -130,4 +138,6 @@ def walk(tmp: Path) -> Walk:
                     out.bodies.append((received, bodies))
                     out.steps.append((now, "webhook"))
                 out.snapshots.append(snapshot(path, CONTAINER))
+                if after_step:
+                    after_step(out, now)
     return out

@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXPECTED = {
     "freetime-sync": ("sync", "0 * * * *", {}),
     "freetime-reconcile": ("sync", "30 2 * * *", {"full": True}),
+    "freetime-digest": ("digest", "*/15 * * * *", {}),
 }
 
 

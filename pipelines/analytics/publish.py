@@ -456,6 +456,10 @@ def publish_risk(
                 con.execute(sql)
             # a move of the binding LFD is history too (pipelines.history)
             record_binding(con, f"risk-{as_of.isoformat()}", as_of)
+            # the alerts this publish raises commit with it (imported here: alerts read LEVELS)
+            from pipelines.alerts.rules import raise_alerts
+
+            raise_alerts(con, as_of)
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")

@@ -1,0 +1,40 @@
+"""Alerts and the morning digest: tell the people who move boxes, where they already read.
+
+- :mod:`~pipelines.alerts.rules`: the alert rules, run inside each risk publish's transaction,
+  appending to ``analytics.alert_outbox`` (once per container, kind and value).
+- :mod:`~pipelines.alerts.sender`: delivers the outbox through Apprise, each destination on its
+  own, marking each alert sent only after its channel accepted it.
+- :mod:`~pipelines.alerts.digest`: the morning digest per destination.
+- :mod:`~pipelines.alerts.config`: thresholds, destinations and filters (``data/alerts.toml``,
+  ``FREETIME_ALERT_URLS``).
+
+See ``docs/alerts.md``.
+"""
+
+from pipelines.alerts.config import (
+    AlertConfigError,
+    AlertSettings,
+    Destination,
+    Filter,
+    load_settings,
+    mask,
+)
+from pipelines.alerts.digest import render_digest, send_digests
+from pipelines.alerts.rules import KINDS, raise_alerts
+from pipelines.alerts.sender import SendSummary, deliver, send_pending
+
+__all__ = [
+    "KINDS",
+    "AlertConfigError",
+    "AlertSettings",
+    "Destination",
+    "Filter",
+    "SendSummary",
+    "deliver",
+    "load_settings",
+    "mask",
+    "raise_alerts",
+    "render_digest",
+    "send_digests",
+    "send_pending",
+]
