@@ -29,7 +29,7 @@ from pipelines.analytics.publish import (
     exposure_sql,
     lfd_calendar_sql,
 )
-from pipelines.analytics.risk import AT_RISK_LEVELS, LEVELS
+from pipelines.analytics.risk import AT_RISK_LEVELS, LEVELS, is_total_fee
 from pipelines.config import ANALYTICS_SCHEMA as A
 from pipelines.config import DATASET as T
 from pipelines.toolserver.snapshot import Snapshot
@@ -316,9 +316,7 @@ def get_container(snap: Snapshot, container: str) -> dict[str, Any]:
             if k in risk
         }
         lfds.update({k: risk[k] for k in ("lfd_line", "lfd_terminal", "lfd_rail") if k in risk})
-    fee_sum = sum(
-        float(f.get("amount") or 0) for f in fees if str(f.get("type") or "").lower() != "total"
-    )
+    fee_sum = sum(float(f.get("amount") or 0) for f in fees if not is_total_fee(f.get("type")))
     return {
         "container_id": cid,
         "container_number": attrs.get("number"),
