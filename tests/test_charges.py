@@ -318,8 +318,7 @@ def test_a_box_gone_by_rail_stops_the_terminal_clock_in_memory() -> None:
         ],
         schema=load_tariffs().schema,
     )
-    ch = compute_charges(frames, AS_OF, tariffs)
-    parties, days = pl.collect_all([ch.parties, ch.days])
+    parties, days = compute_charges(frames, AS_OF, tariffs).collect()
     terminal = days.filter(pl.col("party") == "terminal")
     assert terminal["day"].to_list() == [date(2025, 11, d) for d in (6, 7, 8, 9)]
     assert terminal["tier"].to_list() == ["1-2", "1-2", "3+", "3+"]

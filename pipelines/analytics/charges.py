@@ -96,12 +96,67 @@ DAY_COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
 }
 
 
+#: The clock columns the parties read (besides the tariff columns).
+_CLOCK_COLUMNS = (
+    "container_id",
+    "container_number",
+    "_zone_pod",
+    "_zone_line",
+    "_zone_dest",
+    "_done",
+    "_inland",
+    "_left_port",
+    "full_out_at",
+    "_full_out_date",
+    "_return_date",
+    "lfd_terminal",
+    "lfd_line",
+    "lfd_rail",
+    "lfd_pod",
+    "pod_lfd_facility_current",
+    "pod_lfd_line_current",
+    "pickup_lfd_rail",
+    "ind_facility_lfd_on",
+    "_pod_source",
+    "lfd_date",
+    "lfd_source",
+    "detention_lfd",
+    "_detention_end",
+)
+
+
 @dataclass
 class Charges:
-    """The engine's two tables (lazy): :data:`PARTY_COLUMNS` rows and :data:`DAY_COLUMNS` rows."""
+    """The engine's rows, lazily: :attr:`parties` (:data:`PARTY_COLUMNS`) and :attr:`days`
+    (:data:`DAY_COLUMNS`). :meth:`collect` computes both from one pass over the clock."""
 
-    parties: pl.LazyFrame
-    days: pl.LazyFrame
+    clock: Clock
+    #: the clock columns the parties read, one row per container
+    rows: pl.LazyFrame
+    n_tiers: int
+
+    def _base(self, rows: pl.LazyFrame) -> pl.LazyFrame:
+        """One row per container and party, with its tier columns and ``_days``."""
+        return pl.concat(
+            [_party(rows, self.clock, self.n_tiers, p, c) for p, c in PARTIES], how="vertical"
+        )
+
+    @property
+    def parties(self) -> pl.LazyFrame:
+        return _parties(self._base(self.rows), self.n_tiers)
+
+    @property
+    def days(self) -> pl.LazyFrame:
+        return _days(self._base(self.rows), self.n_tiers)
+
+    def collect(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """``(parties, days)``: the clock is computed once, then each party from it."""
+        rows = self.rows.collect(engine="in-memory").lazy()
+        base = self._base(rows).collect(engine="in-memory").lazy()
+        parties, days = pl.collect_all(
+            [_parties(base, self.n_tiers), _days(base, self.n_tiers)], engine="in-memory"
+        )
+        return parties, days
 
 
 def compute_charges(
@@ -117,34 +172,40 @@ def compute_charges(
         if as_of is None or tariffs is None:
             raise ValueError("compute_charges needs as_of and tariffs with warehouse frames")
         c = clock(frames, as_of, tariffs)
-    n_tiers = max(c.tiers.values())
-    rows = c.rows.with_columns(**_party_inputs(c))
-    parties = pl.concat(
-        [_party(rows, c, n_tiers, party, charge) for party, charge in PARTIES], how="vertical"
+    tariff_columns = [n for n in c.rows.collect_schema().names() if n.startswith((DEM, DET))]
+    rows = c.rows.with_columns(**_party_inputs(c)).select(
+        *_CLOCK_COLUMNS, *_party_inputs(c), *tariff_columns
     )
-    tiers = [f"t{k}_{f}" for k in range(n_tiers) for f in ("start", "end", "rate")]
-    costed_days = pl.col("_days").fill_null(0)
-    parties = parties.with_columns(
-        chargeable_days=costed_days,
-        amount=pl.when(pl.col("costed")).then(tier_cost(costed_days, n_tiers)),
-    )
-    days = (
-        parties.filter(pl.col("_days") > 0)
+    return Charges(c, rows, max(c.tiers.values()))
+
+
+def _tier_columns(n_tiers: int) -> list[str]:
+    return [f"t{k}_{f}" for k in range(n_tiers) for f in ("start", "end", "rate")]
+
+
+def _parties(base: pl.LazyFrame, n_tiers: int) -> pl.LazyFrame:
+    days = pl.col("_days").fill_null(0)
+    return base.with_columns(
+        chargeable_days=days,
+        amount=pl.when(pl.col("costed")).then(tier_cost(days, n_tiers)),
+    ).select(list(PARTY_COLUMNS))
+
+
+def _days(base: pl.LazyFrame, n_tiers: int) -> pl.LazyFrame:
+    k = pl.col("day_number")
+    return (
+        base.filter(pl.col("_days") > 0)
         .with_columns(day_number=pl.int_ranges(1, pl.col("_days") + 1, dtype=pl.Int32))
         .explode("day_number")
         .with_columns(
-            day=(pl.col("lfd_date").cast(pl.Int32) + pl.col("day_number")).cast(pl.Date),
-            tier=_tier_label(pl.col("day_number"), n_tiers),
+            day=(pl.col("lfd_date").cast(pl.Int32) + k).cast(pl.Date),
+            tier=_tier_label(k, n_tiers),
             rate=pl.when(pl.col("costed")).then(
-                (
-                    tier_cost(pl.col("day_number"), n_tiers)
-                    - tier_cost(pl.col("day_number") - 1, n_tiers)
-                ).round(6)
+                (tier_cost(k, n_tiers) - tier_cost(k - 1, n_tiers)).round(6)
             ),
         )
         .select(list(DAY_COLUMNS))
     )
-    return Charges(parties.drop("_days", *tiers).select(list(PARTY_COLUMNS)), days)
 
 
 def _party_inputs(c: Clock) -> dict[str, pl.Expr]:
@@ -306,9 +367,10 @@ def _party(rows: pl.LazyFrame, c: Clock, n_tiers: int, party: str, charge: str) 
             .then(lit("end unknown")),
         )
     )
-    tiers = [f"t{k}_{f}" for k in range(n_tiers) for f in ("start", "end", "rate")]
     return out.select(
-        *[k for k in PARTY_COLUMNS if k not in ("chargeable_days", "amount")], "_days", *tiers
+        *[k for k in PARTY_COLUMNS if k not in ("chargeable_days", "amount")],
+        "_days",
+        *_tier_columns(n_tiers),
     )
 
 

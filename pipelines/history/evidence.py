@@ -180,8 +180,7 @@ def gather(
     tariffs = tariffs if tariffs is not None else load_tariffs()
     at = as_of or _risk_as_of(con) or dt.datetime.now(dt.UTC)
     frames = read_warehouse(con, [cid])
-    charges = compute_charges(frames, at, tariffs)
-    parties, days = pl.collect_all([charges.parties, charges.days])
+    parties, days = compute_charges(frames, at, tariffs).collect()
     facts.update(_container_dates(frames, cid))
     ev = Evidence(cid, facts, at)
     by_line = {r["tariff_line"]: r for r in tariffs.to_dicts()}
