@@ -4,14 +4,14 @@
 "Demurrage risk: the rules"); each block of :func:`_rules` is one of them, under the same
 heading. In short:
 
-* LFDs are local calendar dates (terminal: ``pod_timezone``; rail: ``final_destination_timezone``;
-  line: the destination zone if set, else the port's), decoded from the API's local-midnight-in-UTC
-  encoding. ``days_to_lfd`` is a difference of local dates; ``working_days_to_lfd`` counts
-  Monday-Friday minus observed US federal holidays in ``(today, lfd]``.
+* LFDs are local calendar dates, stored as DATEs by the load (an LFD column still holding
+  instants is refused: :class:`UnconvertedLfds`). ``days_to_lfd`` is a difference of local
+  dates; ``working_days_to_lfd`` counts Monday-Friday minus observed US federal holidays in
+  ``(today, lfd]``.
 * Binding LFD = the earliest relevant source: terminal until the box leaves the port, rail for
   inland moves, line until done. Ties prefer line, terminal, rail.
 * Holds do not stop the clock. Ready = available AND no hold with status ``hold``.
-* Fees: the ``total`` line repeats the others and is dropped before summing.
+* Fees: the ``total`` line repeats the others and is dropped before summing (:func:`is_total_fee`).
 * Cost from the tariff table; the LFD is free, charges start the next day in calendar days, tiers
   counted from the first chargeable day. No tariff or no LFD => ``costed`` false, costs NULL.
 * Projected pickup: appointment (today or later), else today if ready, else 3rd working day after
@@ -20,6 +20,10 @@ heading. In short:
   overdue (< 0 days); due_today (0); imminent (1-3); watch (4-7); ok (> 7).
 * ``stale``: terminal not checked for 7 days (or never) or line tracking stopped; shown, it does
   not change the level.
+
+:func:`clock` holds the rules that say when (zones, dates, phases, the binding LFD, the detention
+clock); :func:`compute_risk` adds the risk rules to it and :mod:`pipelines.analytics.charges` the
+charges, so the two read one clock.
 
 How: the containers are joined to their shipment, terminal, holds, fees and tariff rows (joins on
 ids and keys; only the key columns go through the joins, the matches are placed beside the
