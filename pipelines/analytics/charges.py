@@ -193,8 +193,10 @@ def _parties(base: pl.LazyFrame, n_tiers: int) -> pl.LazyFrame:
 
 def _days(base: pl.LazyFrame, n_tiers: int) -> pl.LazyFrame:
     k = pl.col("day_number")
+    kept = [c for c in DAY_COLUMNS if c not in ("day", "day_number", "tier", "rate")]
     return (
         base.filter(pl.col("_days") > 0)
+        .select(*kept, "costed", "_days", *_tier_columns(n_tiers))  # narrow before exploding
         .with_columns(day_number=pl.int_ranges(1, pl.col("_days") + 1, dtype=pl.Int32))
         .explode("day_number")
         .with_columns(
