@@ -22,7 +22,7 @@ from risk_fixtures import make_warehouse
 from pipelines.analytics import load_tariffs, publish_risk
 from pipelines.analytics.charges import compute_charges
 from pipelines.history import ensure_table
-from pipelines.history.evidence import gather
+from pipelines.history.evidence import PARTY_LABELS, gather
 
 AS_OF = datetime(2025, 11, 14, 16, tzinfo=UTC)
 LA, CHI = "America/Los_Angeles", "America/Chicago"
@@ -243,16 +243,15 @@ def test_the_evidence_agrees_with_the_views(warehouse: Path, tariffs: Path, cid:
         ev = gather(con, str(cid), load_tariffs(tariffs))
         view = _rows(
             con,
-            "SELECT * FROM terminal49.charged_days WHERE container_id = ? "
-            "ORDER BY party DESC, charge, day",
+            "SELECT * FROM terminal49.charged_days WHERE container_id = ?",
             cid,
         )
         parties = _rows(con, "SELECT * FROM analytics.charges WHERE container_id = ?", cid)
     assert ev.as_of == AS_OF  # the published risk run's instant
-    assert [
+    assert sorted(
         (d.party, d.charge, d.day, d.day_number, d.tier, d.rate, d.not_available_or_held)
         for d in ev.days
-    ] == [
+    ) == sorted(
         (
             r["party"],
             r["charge"],
@@ -263,7 +262,11 @@ def test_the_evidence_agrees_with_the_views(warehouse: Path, tariffs: Path, cid:
             r["not_available_or_held"],
         )
         for r in view
-    ]
+    )
+    # the parties in the engine's order, each with its days in order
+    labels = [p.label for p in ev.parties]
+    assert labels == sorted(labels, key=list(PARTY_LABELS.values()).index)
+    assert all(p.days == sorted(p.days, key=lambda d: d.day) for p in ev.parties)
     assert {(p.row["party"], p.row["charge"], p.row["lfd_date"]) for p in ev.parties} == {
         (p["party"], p["charge"], p["lfd_date"]) for p in parties
     }

@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from pipelines.analytics.charges import compute_charges
+from pipelines.analytics.charges import PARTIES, compute_charges
 from pipelines.analytics.publish import read_warehouse
 from pipelines.analytics.tariffs import load_tariffs
 from pipelines.config import ANALYTICS_SCHEMA, DATASET
@@ -185,7 +185,8 @@ def gather(
     ev = Evidence(cid, facts, at)
     by_line = {r["tariff_line"]: r for r in tariffs.to_dicts()}
     flagged = _flagged(con, days, h)
-    for row in parties.sort("party", "charge", descending=[True, False]).to_dicts():
+    order = {key: n for n, key in enumerate(PARTIES)}
+    for row in sorted(parties.to_dicts(), key=lambda r: order[(r["party"], r["charge"])]):
         key = (row["party"], row["charge"])
         party = Party(row, by_line.get(row["tariff_line"]))
         party.days = [d for d in flagged if (d.party, d.charge) == key]
@@ -504,6 +505,8 @@ def render_csv(ev: Evidence) -> str:
     for p in ev.parties:
         for d in p.days:
             flag = f"not available or on hold: {d.reasons}" if d.not_available_or_held else ""
+            if d.before_first_seen:
+                flag += " (before freetime first saw the box: unknown)"
             rate = "" if d.rate is None else f"{d.rate:.2f}"
             value = f"{p.label}; day {d.day_number}; tier {d.tier or ''}; rate {rate}; {flag}"
             w.writerow(["charged_day", d.day.isoformat(), value.strip(), "", "", ""])
