@@ -7,8 +7,8 @@ and ``docs/risk-rules.md``, "Charges"):
 * Charging parties (:data:`PARTIES`), each with its own dates:
 
   - ``terminal`` / ``demurrage``: the POD terminal's demurrage (storage). LFD: the terminal's
-    (``pickup_lfd_terminal``); with ``import_deadlines.pod``, the unified POD deadline when it
-    was selected from the facility, else ``pod_lfd_facility_current``. Free time starts the day
+    (``pickup_lfd_terminal``); with ``import_deadlines.pod``, the unified POD deadline unless
+    it was selected from the line, then ``pod_lfd_facility_current``. Free time starts the day
     after discharge. Chargeable until the box leaves the port (the earliest of full out, rail
     loading and rail departure), else today; nothing once the box is done with no such date.
   - ``line`` / ``demurrage``: the shipping line's demurrage. LFD: the line's
