@@ -1,11 +1,20 @@
-"""Test helper: a temp DuckDB warehouse with the terminal49.* tables (loader's exact names)."""
+"""Test helper: a temp DuckDB warehouse with the terminal49.* tables (loader's exact names).
+
+LFD columns are DATEs, as a load writes them; a test may give an LFD as the API's instant
+(local midnight in UTC, ``2025-11-17T08:00:00Z``): it is stored as its calendar date in the
+record's zone (``pipelines.terminal49.settings.LFD_ZONES``), as the flattener stores it.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import duckdb
+
+from pipelines.terminal49.settings import LFD_ZONES
 
 TS = "TIMESTAMPTZ"
 CONTAINER_COLS = {
@@ -18,7 +27,7 @@ CONTAINER_COLS = {
     "equipment_length": "BIGINT",
     "equipment_height": "VARCHAR",
     "weight_in_lbs": "DOUBLE",
-    "pickup_lfd": TS,
+    "pickup_lfd": "DATE",
     "pickup_appointment_at": TS,
     "availability_known": "BOOLEAN",
     "available_for_pickup": "BOOLEAN",
@@ -42,12 +51,12 @@ CONTAINER_COLS = {
     "ind_eta_at": TS,
     "ind_ata_at": TS,
     "ind_rail_unloaded_at": TS,
-    "ind_facility_lfd_on": TS,
-    "pickup_lfd_terminal": TS,
-    "pickup_lfd_rail": TS,
-    "pickup_lfd_line": TS,
+    "ind_facility_lfd_on": "DATE",
+    "pickup_lfd_terminal": "DATE",
+    "pickup_lfd_rail": "DATE",
+    "pickup_lfd_line": "DATE",
     "current_status": "VARCHAR",
-    "ssl_lfd": TS,
+    "ssl_lfd": "DATE",
     "delivered_at": TS,
     "empty_out_at": TS,
     "pol_full_in_at": TS,
@@ -171,6 +180,8 @@ def make_warehouse(path: Path, data: dict[str, list[dict[str, Any]]]) -> Path:
             ddl = ", ".join(f'"{c}" {t}' for c, t in cols.items())
             con.execute(f"CREATE OR REPLACE TABLE terminal49.{table} ({ddl})")
             for row in data.get(table, []):
+                if table == "containers":
+                    row = _lfds_as_dates(row)
                 unknown = set(row) - set(cols)
                 assert not unknown, f"{table}: unknown columns {unknown}"
                 names = ", ".join(f'"{c}"' for c in row)
@@ -181,6 +192,18 @@ def make_warehouse(path: Path, data: dict[str, list[dict[str, Any]]]) -> Path:
     finally:
         con.close()
     return path
+
+
+def _lfds_as_dates(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with each LFD given as an instant turned into its local date."""
+    out = dict(row)
+    for name, zones in LFD_ZONES.items():
+        value = out.get(name)
+        if isinstance(value, str) and "T" in value:
+            zone = next((str(out[z]) for z in zones if out.get(z)), "UTC")
+            instant = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            out[name] = instant.astimezone(ZoneInfo(zone)).date()
+    return out
 
 
 def container(cid: str, **kw: object) -> dict[str, object]:

@@ -77,30 +77,32 @@ def test_evidence_lists_the_dates_and_the_days_charged(page: Path) -> None:
     assert facts["Port of discharge"] == "Tacoma USTIW"
     assert facts["Terminal"] == "Husky Terminal"
     assert facts["Discharged"] == "2030-01-07 19:36 UTC (2030-01-07 11:36 local)"
-    assert facts["Start of free time"] == "2030-01-08"
-    assert facts["End of free time (LFD)"] == "2030-01-10"
-    assert facts["Free time allowed"] == "3 days"
-    assert facts["Basis of free time"].startswith(
-        "the LFD reported as pickup_lfd_terminal, last set 2030-01-11 00:00 UTC"
-    )
-    assert "tariff line 2: test sheet" in facts["Tariff"]
     assert facts["Picked up (full out)"] == "2030-01-16 20:05 UTC (2030-01-16 12:05 local)"
     assert facts["Empty returned"] == "2030-01-26 12:11 UTC (2030-01-26 04:11 local)"
-    assert facts["Days charged"] == "6"
-    assert facts["Days charged while not available or on hold"] == "4"
+    # each party's own dates: the sandbox posts the terminal's LFD, not the line's
+    terminal = "Terminal demurrage: "
+    assert facts[terminal + "free time"] == "2030-01-08 to 2030-01-10 (3 days)"
+    assert facts[terminal + "last free day"].startswith(
+        "2030-01-10 (reported as pickup_lfd_terminal, last set 2030-01-11 00:00 UTC"
+    )
+    assert facts[terminal + "chargeable until"] == "2030-01-16 (full out)"
+    assert "tariff line 2: test sheet" in facts[terminal + "tariff"]
+    assert facts[terminal + "days charged"] == "6, 4 while not available or on hold"
     # 4 days at 235 and 2 at 285: what the terminal's own demurrage fee reached
-    assert facts["Total freetime computes"] == "1,510.00 USD"
-    days = _rows(html, "charged-days")[1:]
-    assert [(d[0], d[2]) for d in days[:-1]] == [
-        ("2030-01-11", "235.00 USD"),
-        ("2030-01-12", "235.00 USD"),
-        ("2030-01-13", "235.00 USD"),
-        ("2030-01-14", "235.00 USD"),
-        ("2030-01-15", "285.00 USD"),
-        ("2030-01-16", "285.00 USD"),
+    assert facts[terminal + "total"] == "1,510.00 USD"
+    assert facts["Line demurrage: last free day"] == "not reported"
+    assert facts["Line demurrage: days charged"] == "0, 0 while not available or on hold"
+    days = [d for d in _rows(html, "charged-days")[1:] if d[0] == "Terminal demurrage"]
+    assert [(d[1], d[2], d[3], d[4]) for d in days] == [
+        ("2030-01-11", "1", "1-4", "235.00 USD"),
+        ("2030-01-12", "2", "1-4", "235.00 USD"),
+        ("2030-01-13", "3", "1-4", "235.00 USD"),
+        ("2030-01-14", "4", "1-4", "235.00 USD"),
+        ("2030-01-15", "5", "5-9", "285.00 USD"),
+        ("2030-01-16", "6", "5-9", "285.00 USD"),
     ]
     assert html.count("<tr class=flag>") == 4
-    assert [d[3] for d in days[:4]] == ["yes: customs hold, not available"] * 4
+    assert [d[5] for d in days[:4]] == ["yes: customs hold, not available"] * 4
     timeline = _rows(html, "timeline")[1:]
     whats = [t[1] for t in timeline]
     for what in (
@@ -116,6 +118,8 @@ def test_evidence_lists_the_dates_and_the_days_charged(page: Path) -> None:
     moved = [t for t in timeline if t[1] == "LFD (pickup_lfd_terminal)"][-1]
     assert (moved[2], moved[3]) == ("2030-01-11", "2030-01-10")  # LFD columns are DATEs
     assert moved[4].startswith("webhook ")
+    # the terminal by its name, not its internal id
+    assert [t[3] for t in timeline if t[1] == "terminal"] == ["Husky Terminal"]
     assert "what happened before (holds, availability, LFDs reported earlier) is not known" in html
 
 
@@ -135,6 +139,7 @@ def test_the_csv_holds_the_same_facts(page: Path) -> None:
     assert facts == dict(r for r in _rows(html, "facts") if len(r) == 2)
     days = [r for r in rows if r["section"] == "charged_day"]
     assert [r["item"] for r in days] == [f"2030-01-{d}" for d in range(11, 17)]
+    assert days[4]["value"].startswith("Terminal demurrage; day 5; tier 5-9; rate 285.00")
     assert sum("not available or on hold" in r["value"] for r in days) == 4
     timeline = [r for r in rows if r["section"] == "timeline"]
     assert len(timeline) == len(_rows(html, "timeline")) - 1

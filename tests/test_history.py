@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -216,8 +217,30 @@ def test_lfd_changes_view(walked: Walk) -> None:
     ]
 
 
-def test_free_time_used_view(walked: Walk) -> None:
-    (row,) = view(walked.duckdb_path, "free_time_used", "WHERE container_id = ?", [CONTAINER])
+@pytest.fixture(scope="module")
+def charged(walked: Walk, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the walk's warehouse after a risk run at the walk's end (the risk run
+    publishes the charge engine's tables, which the charge views read)."""
+    from pipelines.analytics import publish_risk
+
+    path = tmp_path_factory.mktemp("charged") / "walk.duckdb"
+    shutil.copy(walked.duckdb_path, path)
+    publish_risk(path, as_of=START + dt.timedelta(hours=480))
+    return path
+
+
+def test_free_time_used_view(charged: Path) -> None:
+    rows = view(
+        charged, "free_time_used", "WHERE container_id = ? ORDER BY party, charge", [CONTAINER]
+    )
+    # the sandbox posts the terminal's LFD only; the line's demurrage has no day
+    assert [(r["party"], r["charge"]) for r in rows] == [
+        ("line", "demurrage"),
+        ("line", "detention"),
+        ("terminal", "demurrage"),
+    ]
+    assert rows[0]["lfd_date"] is None and rows[0]["days_charged"] == 0
+    row = rows[2]
     utc = dt.UTC
     assert row["discharged_at"] == dt.datetime(2030, 1, 7, 19, 36, tzinfo=utc)
     # available from +170h06 (hold cleared); seen by the webhook step at 2030-01-15 00:00
@@ -229,6 +252,7 @@ def test_free_time_used_view(walked: Walk) -> None:
         dt.date(2030, 1, 10),
         3,
     )
+    assert (row["chargeable_until"], row["end_reason"]) == (dt.date(2030, 1, 16), "full out")
     assert row["picked_up_at"] == dt.datetime(2030, 1, 16, 20, 5, tzinfo=utc)
     assert row["empty_returned_at"] == dt.datetime(2030, 1, 26, 12, 11, tzinfo=utc)
     # charged: 01-11 .. 01-16 (out at 12:05 local on the 16th); under the customs hold and not
@@ -239,16 +263,26 @@ def test_free_time_used_view(walked: Walk) -> None:
         row["days_charged_before_first_seen"],
     ) == (6, 4, 0)
     days = view(
-        walked.duckdb_path, "charged_days", "WHERE container_id = ? ORDER BY day", [CONTAINER]
+        charged,
+        "charged_days",
+        "WHERE container_id = ? AND party = 'terminal' ORDER BY day",
+        [CONTAINER],
     )
-    assert [(d["day"].day, d["reasons"]) for d in days] == [
-        (11, "customs hold, not available"),
-        (12, "customs hold, not available"),
-        (13, "customs hold, not available"),
-        (14, "customs hold, not available"),
-        (15, None),
-        (16, None),
+    assert [(d["day"].day, d["day_number"], d["reasons"]) for d in days] == [
+        (11, 1, "customs hold, not available"),
+        (12, 2, "customs hold, not available"),
+        (13, 3, "customs hold, not available"),
+        (14, 4, "customs hold, not available"),
+        (15, 5, None),
+        (16, 6, None),
     ]
+
+
+def test_charge_views_wait_for_a_risk_run(walked: Walk) -> None:
+    """A load alone publishes no charges: the charge views appear with the first risk run."""
+    with duckdb.connect(str(walked.duckdb_path), read_only=True) as con:
+        views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+    assert "lfd_changes" in views and not {"free_time_used", "charged_days"} & views
 
 
 def test_eta_reliability_view_of_the_walk(walked: Walk) -> None:
@@ -407,19 +441,22 @@ def test_lfd_contract_columns_are_tracked_and_the_pod_deadline_binds(tmp_path: P
             ('container', 'c1', 'pod_lfd_unified', '2030-01-06', '2030-01-07',
              '2030-01-05 00:00:00+00', NULL, 'webhook', 'n1', 'l3')""")
         create_views(con)
-    got = {
-        r["container_id"]: (r["lfd_date"], r["lfd_basis"], r["days_charged"])
-        for r in view(path, "free_time_used")
-    }
-    # out 2030-01-10 13:00 New York: c1 charged 01-08 .. 01-10; c2's POD deadline is unknown,
-    # so nothing is charged (no fallback to the terminal's LFD); c3 has no POD deadlines
-    assert got == {
-        "c1": (dt.date(2030, 1, 7), "pod_facility", 3),
-        "c2": (None, "pod_unified", 0),
-        "c3": (dt.date(2030, 1, 6), "pickup_lfd_terminal", 4),
-    }
     moves = [
         (r["source"], r["change"], r["days_moved"])
         for r in view(path, "lfd_changes", "ORDER BY observed_at")
     ]
     assert moves == [("pod_lfd_unified", "posted", None), ("pod_lfd_unified", "moved", 1)]
+    from pipelines.analytics import publish_risk
+
+    publish_risk(path, as_of=dt.datetime(2030, 1, 12, tzinfo=dt.UTC))
+    got = {
+        r["container_id"]: (r["lfd_date"], r["lfd_source"], r["lfd_basis"], r["days_charged"])
+        for r in view(path, "free_time_used", "WHERE party = 'terminal'")
+    }
+    # out 2030-01-10 13:00 New York: c1 charged 01-08 .. 01-10; c2's POD deadline is unknown,
+    # so nothing is charged (no fallback to the terminal's LFD); c3 has no POD deadlines
+    assert got == {
+        "c1": (dt.date(2030, 1, 7), "pod_facility", "pod_lfd_unified", 3),
+        "c2": (None, "pod", "pod_lfd_unified", 0),
+        "c3": (dt.date(2030, 1, 6), "terminal", "pickup_lfd_terminal", 4),
+    }

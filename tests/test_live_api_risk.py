@@ -9,6 +9,7 @@ wire form, and a container with the ``pod`` object is bound by the API's own cho
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -35,7 +36,8 @@ def _day(value: str | None, zone: str | None) -> dt.date | None:
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
+def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A load of the sandbox and a risk run: the warehouse, and the sandbox's containers."""
     db = tmp_path_factory.mktemp("live") / "w.duckdb"
     with SandboxProcess(containers=600, seed=31, clock=CLOCK) as sb:
         run_load(
@@ -43,6 +45,12 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], di
         )
         truth = {c["id"]: c for c in sb.ground_truth()["containers"]}
     publish_risk(db, as_of=AS_OF)
+    return db, truth
+
+
+@pytest.fixture(scope="module")
+def loaded(published: tuple[Path, dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    db, truth = published
     with duckdb.connect(str(db), read_only=True) as con:
         cur = con.execute(
             "SELECT container_id, lfd_terminal, lfd_line, lfd_pod, lfd_date, lfd_source, "
@@ -101,3 +109,30 @@ def test_the_pod_object_binds_the_apis_choice(
             assert row["lfd_source"] == f"pod_{unified.get('current_selection')}", row
             assert row["lfd_date"] == want, row
     assert {"withheld", "facility", "line"} <= seen, seen
+
+
+def test_the_charge_engine_agrees_with_the_risk_table_on_every_box(
+    published: tuple[Path, dict[str, Any]],
+) -> None:
+    """Over every combination the sandbox serves: each box with a binding LFD has exactly one
+    binding party with that LFD, and its accrued demurrage is that party's days summed."""
+    db, _ = published
+    with duckdb.connect(str(db), read_only=True) as con:
+        (row,) = con.execute("""
+            WITH b AS (SELECT * FROM analytics.charges WHERE binds),
+            d AS (SELECT container_id, party, charge, sum(rate) AS amount
+                  FROM analytics.charge_days GROUP BY ALL)
+            SELECT count(*) FILTER (WHERE r.lfd_date IS NOT NULL),
+                   count(*) FILTER (WHERE r.lfd_date IS DISTINCT FROM b.lfd_date
+                                       OR r.lfd_source IS DISTINCT FROM b.lfd_source),
+                   count(*) FILTER (WHERE r.costed AND r.lfd_date IS NOT NULL
+                                      AND r.accrued_demurrage <> coalesce(d.amount, 0))
+            FROM analytics.demurrage_risk r LEFT JOIN b USING (container_id)
+            LEFT JOIN d ON (d.container_id, d.party, d.charge) = (b.container_id, b.party, b.charge)
+        """).fetchall()
+        (twice,) = con.execute(
+            "SELECT count(*) FROM (SELECT container_id FROM analytics.charges WHERE binds "
+            "GROUP BY ALL HAVING count(*) > 1)"
+        ).fetchone() or (None,)
+    bound, disagree, priced_apart = row
+    assert bound > 50 and (disagree, priced_apart, twice) == (0, 0, 0)

@@ -14,6 +14,7 @@ from risk_fixtures import make_warehouse
 
 from pipelines.analytics import compute_risk, load_tariffs, publish_risk, read_warehouse
 from pipelines.analytics.calendars import WorkingCalendar, us_federal_holidays
+from pipelines.analytics.risk import UnconvertedLfds
 from pipelines.warehouse import reading
 
 AS_OF = datetime(2025, 11, 14, 16, 0, tzinfo=UTC)
@@ -297,25 +298,38 @@ def test_empty_return_date_falls_back_to_the_port_zone(risk: dict) -> None:
     assert i["risk_reason"] == "empty returned 2025-11-13"
 
 
-def test_chicago_march_dst() -> None:
-    # Houston/Chicago zone after DST starts Sun 2026-03-08: LFD 2026-03-09T05:00Z = Mon 9 Mar
-    # 00:00 CDT (CST would read 8 Mar 23:00). as_of Fri 6 Mar 18:00Z: 3 days, 1 working day.
-    frames = {
+def _chicago(lfd: object) -> dict[str, pl.LazyFrame]:
+    return {
         "containers": pl.LazyFrame(
             {
                 "id": ["x"],
                 "number": ["X"],
                 "shipment_id": ["s"],
                 "pod_timezone": [CHI],
-                "pickup_lfd_terminal": [datetime(2026, 3, 9, 5, tzinfo=UTC)],
+                "pickup_lfd_terminal": [lfd],
                 "pod_discharged_at": [datetime(2026, 3, 2, 12, tzinfo=UTC)],
             }
         ),
         "shipments": pl.LazyFrame({"id": ["s"], "port_of_discharge_locode": ["USHOU"]}),
     }
+
+
+@pytest.mark.fast
+def test_chicago_march_dst() -> None:
+    # Houston/Chicago zone after DST starts Sun 2026-03-08: LFD Mon 9 Mar. as_of Fri 6 Mar
+    # 18:00Z (12:00 CST): 3 days, 1 working day.
+    frames = _chicago(date(2026, 3, 9))
     r = compute_risk(frames, datetime(2026, 3, 6, 18, tzinfo=UTC), load_tariffs()).collect()
     assert r.row(0, named=True)["lfd_date"] == date(2026, 3, 9)
     assert (r["days_to_lfd"][0], r["working_days_to_lfd"][0]) == (3, 1)
+
+
+@pytest.mark.fast
+def test_an_lfd_still_held_as_an_instant_is_refused_with_one_line() -> None:
+    """LFDs are DATEs (a load converts an older warehouse): an instant is not guessed at."""
+    with pytest.raises(UnconvertedLfds) as err:
+        compute_risk(_chicago(datetime(2026, 3, 9, 5, tzinfo=UTC)), AS_OF, load_tariffs())
+    assert "run `freetime load` once" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_federal_holidays_observed_rules() -> None:

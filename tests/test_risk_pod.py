@@ -1,8 +1,7 @@
 """The POD deadline (``import_deadlines.pod``) and LFD columns stored as DATEs.
 
-as_of = Fri 2025-11-14 16:00Z (08:00 PST). The same containers are loaded twice: with the LFD
-columns as instants (local midnight in UTC, older warehouses) and as DATEs (new warehouses);
-the risk must not differ.
+as_of = Fri 2025-11-14 16:00Z (08:00 PST). A warehouse still holding LFDs as instants (written
+before LFDs became dates, not loaded since) gets one line telling to run a load.
 """
 
 from __future__ import annotations
@@ -108,8 +107,8 @@ LFDS = (
 )
 
 
-def _warehouse(path: Path, lfd_as_date: bool) -> Path:
-    """The containers above, with the pod columns; LFDs as instants or as local DATEs."""
+def _warehouse(path: Path) -> Path:
+    """The containers above, with the pod columns (LFDs are local DATEs, as a load writes)."""
     make_warehouse(path, DATA)
     with duckdb.connect(str(path)) as con:
         con.execute("SET TimeZone = 'UTC'")
@@ -120,24 +119,12 @@ def _warehouse(path: Path, lfd_as_date: bool) -> Path:
             con.execute(
                 f"UPDATE terminal49.containers SET {sets} WHERE id = ?", [*values.values(), cid]
             )
-        if lfd_as_date:  # what the flattener writes now: the local calendar date
-            rail_tz = "coalesce(final_destination_timezone, pod_timezone, 'UTC')"
-            local = {
-                c: f"CAST(timezone({rail_tz if c in LFDS[2:4] else 'pod_timezone'}, {c}) "
-                f"AS DATE) AS {c}"
-                for c in LFDS
-            }
-            con.execute(
-                "CREATE OR REPLACE TABLE terminal49.containers AS SELECT * REPLACE ("
-                + ", ".join(local.values())
-                + ") FROM terminal49.containers"
-            )
     return path
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["instants", "dates"])
-def warehouse(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _warehouse(tmp_path_factory.mktemp("pod") / "w.duckdb", request.param)
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _warehouse(tmp_path_factory.mktemp("pod") / "w.duckdb")
 
 
 @pytest.fixture(scope="module")
@@ -193,17 +180,29 @@ def test_no_pod_object_keeps_the_legacy_rules(risk: dict) -> None:
     assert _binding(risk["old"]) == (date(2025, 11, 17), "terminal", 3, "imminent")
 
 
-def test_bare_dates_and_instants_give_the_same_risk(tmp_path: Path) -> None:
-    out = []
-    for as_date in (False, True):
-        with reading(_warehouse(tmp_path / f"{as_date}.duckdb", as_date)) as con:
-            out.append(
-                compute_risk(read_warehouse(con), AS_OF, load_tariffs())
-                .collect()
-                .sort("container_id")
-            )
-    assert out[0].equals(out[1])
-    assert out[1]["lfd_terminal"].to_list().count(date(2025, 11, 20)) == 1
+def _risk_cli_error(db: Path) -> str:
+    """``freetime risk --duckdb DB``'s one-line error (exit 2, no traceback)."""
+    import typer
+
+    from freetime_cli.risk_cmd import risk as risk_command
+
+    app = typer.Typer()
+    app.command()(risk_command)
+    r = CliRunner().invoke(app, ["--duckdb", str(db)])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert len(r.stderr.strip().splitlines()) <= 2  # one line (the console may wrap it)
+    return r.stderr
+
+
+def test_cli_one_line_when_lfds_are_still_instants(tmp_path: Path) -> None:
+    db = _warehouse(tmp_path / "old.duckdb")
+    with duckdb.connect(str(db)) as con:
+        con.execute(
+            "ALTER TABLE terminal49.containers ALTER pickup_lfd_terminal TYPE TIMESTAMPTZ "
+            "USING CAST(pickup_lfd_terminal AS TIMESTAMPTZ)"
+        )
+    err = _risk_cli_error(db)
+    assert "pickup_lfd_terminal" in err and "run `freetime load` once" in err
 
 
 def test_containers_wide_with_date_lfd_columns(warehouse: Path, tmp_path: Path) -> None:
@@ -220,10 +219,6 @@ def test_containers_wide_with_date_lfd_columns(warehouse: Path, tmp_path: Path) 
 
 
 def test_cli_one_line_when_containers_lack_columns(tmp_path: Path) -> None:
-    import typer
-
-    from freetime_cli.risk_cmd import risk as risk_command
-
     db = tmp_path / "old.duckdb"
     with duckdb.connect(str(db)) as con:
         con.execute("CREATE SCHEMA terminal49")
@@ -231,9 +226,5 @@ def test_cli_one_line_when_containers_lack_columns(tmp_path: Path) -> None:
             "CREATE TABLE terminal49.containers (number VARCHAR, pickup_lfd_terminal VARCHAR)"
         )
         con.execute("INSERT INTO terminal49.containers VALUES ('A', 'soon')")
-    app = typer.Typer()
-    app.command()(risk_command)
-    r = CliRunner().invoke(app, ["--duckdb", str(db)])
-    assert r.exit_code == 2 and "Traceback" not in r.output
-    assert "no column id" in r.stderr and "pickup_lfd_terminal is VARCHAR" in r.stderr
-    assert len(r.stderr.strip().splitlines()) <= 2  # one line (the console may wrap it)
+    err = _risk_cli_error(db)
+    assert "no column id" in err and "pickup_lfd_terminal is VARCHAR" in err

@@ -1,8 +1,11 @@
-"""Read the ``terminal49`` warehouse, publish ``analytics.demurrage_risk`` and its views.
+"""Read the ``terminal49`` warehouse, publish ``analytics.demurrage_risk``, the charge engine's
+tables and their views.
 
 Every connection goes through :mod:`pipelines.warehouse` (lock-aware, short-lived). Publishing
-replaces the risk table in one transaction, copying the old one to
-``analytics.demurrage_risk_previous`` first, so readers never see a half table and
+replaces the risk table and the engine's ``analytics.charges`` and ``analytics.charge_days``
+(:mod:`pipelines.analytics.charges`, computed from the same clock at the same instant) in one
+transaction, copying the old risk table to ``analytics.demurrage_risk_previous`` first, so
+readers never see a half table or a risk table and charges of two runs, and
 :func:`pipelines.analytics.risk_changes` can compare runs from the warehouse alone.
 """
 
@@ -17,20 +20,25 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from pipelines.analytics.charges import DAYS_TABLE, PARTIES_TABLE, compute_charges
 from pipelines.analytics.risk import (
     AT_RISK_LEVELS,
     LEVELS,
     LFD_COLUMNS,
     SCHEMAS,
+    UnconvertedLfds,
     WarehouseFrames,
-    compute_risk,
+    clock,
     conform,
+    risk_of,
+    unconverted_lfds_message,
 )
 from pipelines.analytics.tariffs import load_tariffs
 from pipelines.config import ANALYTICS_SCHEMA as A
 from pipelines.config import DATASET as T
 from pipelines.config import resolve_duckdb_path
 from pipelines.history import record_binding
+from pipelines.history.views import create_views as create_history_views
 from pipelines.warehouse import WarehouseError, WarehouseMissing, reading, writing
 
 URGENCY_ORDER = (
@@ -86,16 +94,18 @@ def _check_types(table: str, types: dict[str, str]) -> None:
     """Raise :class:`WarehouseIncompatible` naming each missing required column and each column
     whose type compute_risk cannot read (an instant that is not a timestamp, a number or flag
     that is text...)."""
+    instants = [c for c in LFD_COLUMNS if types.get(c) in _TS_TYPES]
+    if table == "containers" and instants:
+        raise WarehouseIncompatible(unconverted_lfds_message(f"{T}.{table}", instants))
     problems = [f"no column {c}" for c in REQUIRED.get(table, ()) if c not in types]
     for name, dtype in SCHEMAS[table].items():
         typ = types.get(name)
         if typ is None:
             continue
         if dtype == pl.Datetime("us", "UTC"):
-            ok = typ in _TS_TYPES or (name in LFD_COLUMNS and typ == "DATE")
-            want = "TIMESTAMPTZ or DATE" if name in LFD_COLUMNS else "TIMESTAMPTZ"
+            ok, want = typ in _TS_TYPES, "TIMESTAMPTZ"
         elif dtype == pl.Date:
-            ok, want = typ == "DATE" or typ in _TS_TYPES, "DATE"
+            ok, want = typ == "DATE", "DATE"
         elif dtype == pl.Boolean:
             ok, want = typ == "BOOLEAN", "BOOLEAN"
         elif dtype in (pl.Int64, pl.Float64):
@@ -121,14 +131,27 @@ def _check_types(table: str, types: dict[str, str]) -> None:
         )
 
 
-def read_warehouse(con: duckdb.DuckDBPyConnection) -> WarehouseFrames:
-    """The ``terminal49`` tables compute_risk needs, as conformed LazyFrames (UTC instants).
+#: How each table's rows are narrowed to some containers (``?``: the list of container ids).
+_ONLY = {
+    "containers": "id IN (SELECT unnest(?))",
+    "container_holds": "container_id IN (SELECT unnest(?))",
+    "container_fees": "container_id IN (SELECT unnest(?))",
+    "shipments": f"id IN (SELECT shipment_id FROM {T}.containers WHERE id IN (SELECT unnest(?)))",
+}
+
+
+def read_warehouse(
+    con: duckdb.DuckDBPyConnection, containers: Sequence[str] | None = None
+) -> WarehouseFrames:
+    """The ``terminal49`` tables compute_risk needs, as conformed LazyFrames (UTC instants);
+    with ``containers`` (ids), only their rows and those of their shipments.
 
     Only the needed columns are read; missing tables or optional columns become typed NULLs.
     Raises :class:`WarehouseIncompatible` when a table lacks a required column or holds one
-    of a type compute_risk cannot read.
+    of a type compute_risk cannot read (LFDs still held as instants included).
     """
-    con.execute("SET TimeZone = 'UTC'")
+    if con.execute("SELECT current_setting('TimeZone')").fetchone() != ("UTC",):
+        con.execute("SET TimeZone = 'UTC'")
     have = _types(con, T)
     frames: dict[str, pl.LazyFrame] = {}
     for table, schema in SCHEMAS.items():
@@ -139,7 +162,10 @@ def read_warehouse(con: duckdb.DuckDBPyConnection) -> WarehouseFrames:
             frames[table] = conform(None, table)
             continue
         sel = ", ".join(f'"{c}"' for c in cols)
-        df = con.sql(f'SELECT {sel} FROM {T}."{table}"').pl()
+        sql, params = f'SELECT {sel} FROM {T}."{table}"', None
+        if containers is not None and table in _ONLY:
+            sql, params = f"{sql} WHERE {_ONLY[table]}", [list(containers)]
+        df = con.sql(sql, params=params).pl()
         frames[table] = conform(df.lazy(), table)
     return WarehouseFrames(**frames)
 
@@ -220,9 +246,8 @@ def _sql_views(con: duckdb.DuckDBPyConnection) -> list[str]:
 def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
     """One row per container with the vendor's DataSync column names (containers_rail).
 
-    The ``*_last_free_day_on`` columns are the LFD columns as stored (DATE in new warehouses,
-    the instant in older ones; a mix becomes local DATEs); their ``_local`` twins are the risk
-    table's local dates either way.
+    The ``*_last_free_day_on`` columns are the LFD columns (local DATEs); their ``_local`` twins
+    are the risk table's dates as text.
     """
     have = {t: set(cols) for t, cols in types.items()}
 
@@ -296,28 +321,13 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
     at("pod_berthed_at", "NULL::TIMESTAMPTZ", pod_tz)
     at("pod_discharged_at", cc("pod_discharged_at", ts), pod_tz)
 
-    def stored_lfd(names: tuple[str, ...], tz: str) -> str:
-        """The first non-NULL of LFD columns ``names``: as stored when they share a type, else
-        each as its local date (an instant converted in ``tz``)."""
-        present = [n for n in names if n in have.get("containers", set())]
-        kinds = {types["containers"][n] == "DATE" for n in present}
-        if not present:
-            return "NULL::DATE"
-        if len(kinds) == 1:
-            return f"coalesce({', '.join(cc(n) for n in present)})"
-        return (
-            "coalesce("
-            + ", ".join(
-                cc(n)
-                if types["containers"][n] == "DATE"
-                else f"CAST(timezone({tz}, {cc(n)}) AS DATE)"
-                for n in present
-            )
-            + ")"
-        )
+    def stored_lfd(names: tuple[str, ...]) -> str:
+        """The first non-NULL of LFD columns ``names`` (DATEs)."""
+        present = [cc(n, "DATE") for n in names if n in have.get("containers", set())]
+        return f"coalesce({', '.join(present)})" if present else "NULL::DATE"
 
-    lfd("pod_last_free_day_on", stored_lfd(("pickup_lfd_terminal",), pod_tz), "r.lfd_terminal")
-    lfd("ssl_last_free_day_on", stored_lfd(("pickup_lfd_line", "ssl_lfd"), pod_tz), "r.lfd_line")
+    lfd("pod_last_free_day_on", stored_lfd(("pickup_lfd_terminal",)), "r.lfd_terminal")
+    lfd("ssl_last_free_day_on", stored_lfd(("pickup_lfd_line", "ssl_lfd")), "r.lfd_line")
     at("pod_pickup_appointment_at", cc("pickup_appointment_at", ts), pod_tz)
     at("pod_full_out_at", cc("pod_full_out_at", ts), pod_tz)
     text("pod_rail_carrier_scac", cc("pod_rail_carrier_scac"))
@@ -329,7 +339,7 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
     at("ind_rail_unloaded_at", cc("ind_rail_unloaded_at", ts), ind_tz)
     lfd(
         "ind_last_free_day_on",
-        stored_lfd(("pickup_lfd_rail", "ind_facility_lfd_on"), ind_tz),
+        stored_lfd(("pickup_lfd_rail", "ind_facility_lfd_on")),
         "r.lfd_rail",
     )
     at("ind_full_out_at", cc("final_destination_full_out_at", ts), ind_tz)
@@ -403,7 +413,7 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
         FROM {fees_src} x GROUP BY x.container_id)
     SELECT {", ".join(cols)}
     FROM {T}.containers c
-    LEFT JOIN {src("shipments", empty_ids)} s ON s.id = c.shipment_id
+    LEFT JOIN {src("shipments", empty_ids)} s ON s.id = {cc("shipment_id")}
     LEFT JOIN {src("terminals", empty_ids)} pt ON pt.id = {cc("pod_terminal_id")}
     LEFT JOIN {src("terminals", empty_ids)} it ON it.id = {sc("destination_terminal_id")}
     LEFT JOIN {src("ports", empty_ids)} pol ON pol.id = {sc("port_of_lading_id")}
@@ -438,11 +448,17 @@ def publish_risk(
                 f"the warehouse {path} has no {T}.containers table: run `freetime load` first"
             )
         try:
-            df = compute_risk(read_warehouse(con), as_of, tariffs).collect(engine="in-memory")
-        except pl.exceptions.PolarsError as exc:  # data read_warehouse's checks cannot see
+            c = clock(read_warehouse(con), as_of, tariffs)
+            # each plan reads only the clock columns it needs: cheaper than materialising
+            # the whole clock once
+            df = risk_of(c).collect(engine="in-memory")
+            parties, days = compute_charges(c).collect()
+        except (pl.exceptions.PolarsError, UnconvertedLfds) as exc:  # data the checks miss
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise WarehouseIncompatible(f"cannot compute risk from {path}: {first}") from exc
-        con.register("_risk_new", df.to_arrow())
+        new = {"_risk_new": df, "_charges_new": parties, "_charge_days_new": days}
+        for name, frame in new.items():
+            con.register(name, frame.to_arrow())
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {A}")
@@ -452,8 +468,15 @@ def publish_risk(
                     f"SELECT * FROM {A}.demurrage_risk"
                 )
             con.execute(f"CREATE OR REPLACE TABLE {A}.demurrage_risk AS SELECT * FROM _risk_new")
+            con.execute(
+                f"CREATE OR REPLACE TABLE {A}.{PARTIES_TABLE} AS SELECT * FROM _charges_new"
+            )
+            con.execute(
+                f"CREATE OR REPLACE TABLE {A}.{DAYS_TABLE} AS SELECT * FROM _charge_days_new"
+            )
             for sql in _sql_views(con):
                 con.execute(sql)
+            create_history_views(con)  # charged_days, free_time_used read the engine's tables
             # a move of the binding LFD is history too (pipelines.history)
             record_binding(con, f"risk-{as_of.isoformat()}", as_of)
             # the alerts this publish raises commit with it (imported here: alerts read LEVELS)
@@ -465,7 +488,8 @@ def publish_risk(
             con.execute("ROLLBACK")
             raise
         finally:
-            con.unregister("_risk_new")
+            for name in new:
+                con.unregister(name)
     active = df.filter(pl.col("risk_level") != "done")
     counts = dict(df.group_by("risk_level").len().iter_rows())
     return RiskSummary(

@@ -4,14 +4,14 @@
 "Demurrage risk: the rules"); each block of :func:`_rules` is one of them, under the same
 heading. In short:
 
-* LFDs are local calendar dates (terminal: ``pod_timezone``; rail: ``final_destination_timezone``;
-  line: the destination zone if set, else the port's), decoded from the API's local-midnight-in-UTC
-  encoding. ``days_to_lfd`` is a difference of local dates; ``working_days_to_lfd`` counts
-  Monday-Friday minus observed US federal holidays in ``(today, lfd]``.
+* LFDs are local calendar dates, stored as DATEs by the load (an LFD column still holding
+  instants is refused: :class:`UnconvertedLfds`). ``days_to_lfd`` is a difference of local
+  dates; ``working_days_to_lfd`` counts Monday-Friday minus observed US federal holidays in
+  ``(today, lfd]``.
 * Binding LFD = the earliest relevant source: terminal until the box leaves the port, rail for
   inland moves, line until done. Ties prefer line, terminal, rail.
 * Holds do not stop the clock. Ready = available AND no hold with status ``hold``.
-* Fees: the ``total`` line repeats the others and is dropped before summing.
+* Fees: the ``total`` line repeats the others and is dropped before summing (:func:`is_total_fee`).
 * Cost from the tariff table; the LFD is free, charges start the next day in calendar days, tiers
   counted from the first chargeable day. No tariff or no LFD => ``costed`` false, costs NULL.
 * Projected pickup: appointment (today or later), else today if ready, else 3rd working day after
@@ -20,6 +20,10 @@ heading. In short:
   overdue (< 0 days); due_today (0); imminent (1-3); watch (4-7); ok (> 7).
 * ``stale``: terminal not checked for 7 days (or never) or line tracking stopped; shown, it does
   not change the level.
+
+:func:`clock` holds the rules that say when (zones, dates, phases, the binding LFD, the detention
+clock); :func:`compute_risk` adds the risk rules to it and :mod:`pipelines.analytics.charges` the
+charges, so the two read one clock.
 
 How: the containers are joined to their shipment, terminal, holds, fees and tariff rows (joins on
 ids and keys; only the key columns go through the joins, the matches are placed beside the
@@ -50,9 +54,37 @@ HOLD_CLEAR_WORKING_DAYS = 3
 TS = pl.Datetime("us", "UTC")
 _S, _B, _I, _F, _D = pl.String, pl.Boolean, pl.Int64, pl.Float64, pl.Date
 
-#: LFD columns: a local calendar DATE in new warehouses, a TIMESTAMPTZ instant (local midnight
-#: in UTC) in older ones; :func:`conform` keeps a DATE column as it is.
+#: LFD columns: local calendar DATEs (a load converts an older warehouse's instants to dates:
+#: ``docs/lfd-dates.md``). An LFD column still holding instants is refused by :func:`conform`
+#: with :func:`unconverted_lfds_message`.
 LFD_COLUMNS = ("pickup_lfd_terminal", "pickup_lfd_rail", "pickup_lfd_line", "ind_facility_lfd_on")
+#: The fee line that repeats the sum of the others (compared case-insensitively).
+TOTAL_FEE_TYPE = "total"
+
+
+def is_total_fee(fee_type: str | None) -> bool:
+    """True for the terminal's ``total`` fee line, which repeats the others: drop it before
+    summing. The one rule for Python callers; :func:`total_fee_expr` is the same rule in polars."""
+    return (fee_type or "").strip().lower() == TOTAL_FEE_TYPE
+
+
+def total_fee_expr(fee_type: pl.Expr) -> pl.Expr:
+    """:func:`is_total_fee` as a polars expression (NULL type: false)."""
+    return (fee_type.str.strip_chars().str.to_lowercase() == TOTAL_FEE_TYPE).fill_null(False)
+
+
+def unconverted_lfds_message(table: str, columns: Sequence[str]) -> str:
+    """The one line telling the user that a warehouse still holds LFDs as instants."""
+    return (
+        f"{table} holds LFDs as instants (column {', '.join(columns)}), written before LFDs "
+        "became dates: run `freetime load` once to convert them, then try again"
+    )
+
+
+class UnconvertedLfds(ValueError):
+    """An LFD column holds instants: the warehouse predates DATE LFDs (see the message)."""
+
+
 #: The POD deadline columns (``import_deadlines.pod``; absent in older warehouses).
 POD_COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
     "has_pod_deadlines": _B,
@@ -82,10 +114,10 @@ SCHEMAS: dict[str, dict[str, pl.DataType | type[pl.DataType]]] = {
         "holds_at_pod_terminal_known": _B,
         "fees_at_pod_terminal_known": _B,
         **POD_COLUMNS,
+        **{c: _D for c in LFD_COLUMNS},
         **{
             c: TS
             for c in (
-                *LFD_COLUMNS,
                 "pickup_appointment_at",
                 "pod_discharged_at",
                 "pod_full_out_at",
@@ -200,18 +232,21 @@ class WarehouseFrames:
 def conform(lf: pl.LazyFrame | None, table: str) -> pl.LazyFrame:
     """Select the columns ``SCHEMAS[table]`` names, cast, and add missing ones as NULL.
 
-    Instants become UTC microseconds; an LFD column (:data:`LFD_COLUMNS`) that is a DATE stays
-    one.
+    Instants become UTC microseconds. Raises :class:`UnconvertedLfds` when an LFD column
+    (:data:`LFD_COLUMNS`) holds instants rather than dates.
     """
     schema = SCHEMAS[table]
     if lf is None:
         return pl.LazyFrame(schema=schema)
     have = lf.collect_schema()
+    instants = [c for c in LFD_COLUMNS if c in schema and isinstance(have.get(c), pl.Datetime)]
+    if instants:
+        raise UnconvertedLfds(unconverted_lfds_message(table, instants))
     exprs = []
     for name, dtype in schema.items():
         if name not in have:
             exprs.append(pl.lit(None, dtype=dtype).alias(name))
-        elif have[name] == dtype or (name in LFD_COLUMNS and have[name] == pl.Date):
+        elif have[name] == dtype:
             exprs.append(pl.col(name))
         elif dtype == TS and isinstance(have[name], pl.Datetime):
             col = pl.col(name)
@@ -235,13 +270,56 @@ def compute_risk(
     (described in ``docs/risk-rules.md``). Only the distinct zone names are read when this is
     called; everything else runs when the result is collected.
     """
+    return _rules(clock(frames, as_of, tariffs))
+
+
+def risk_of(c: Clock) -> pl.LazyFrame:
+    """:func:`compute_risk` of a :class:`Clock` (to plan it with the charges of the same clock)."""
+    return _rules(c)
+
+
+@dataclass
+class Clock:
+    """Each container's clocks at ``as_of``, shared by the risk rules and the charge engine
+    (:mod:`pipelines.analytics.charges`): one row per container with its joins, zones, tariff
+    columns (:data:`DEM`, :data:`DET`), local dates, phases (``_done``, ``_left_port``), the
+    binding LFD (``lfd_date``, ``lfd_source``), ``today_local``, ``days_to_lfd``, and the
+    detention clock (``detention_lfd``, ``_detention_end``)."""
+
+    rows: pl.LazyFrame
+    zones: list[str]
+    as_of: datetime
+    cal: WorkingCalendar
+    tiers: dict[str, int]
+
+    def today(self, zone: str) -> date:
+        """The local date at ``as_of`` in ``zone``."""
+        return self.as_of.astimezone(ZoneInfo(zone)).date()
+
+    def today_in(self, zone: pl.Expr) -> pl.Expr:
+        """Today's local date in the row's ``zone`` (a zone column of the rows)."""
+        return _in_zone(zone, self.zones, self.today)
+
+    def local_date(self, ts: str | pl.Expr, zone: pl.Expr) -> pl.Expr:
+        """The local date of a UTC instant in the row's ``zone``."""
+        return _local_date(ts, zone, self.zones)
+
+
+def clock(
+    frames: WarehouseFrames | Mapping[str, pl.LazyFrame],
+    as_of: datetime,
+    tariffs: pl.DataFrame,
+) -> Clock:
+    """The :class:`Clock` of every container at ``as_of`` (lazy, like :func:`compute_risk`)."""
     fr = frames if isinstance(frames, WarehouseFrames) else WarehouseFrames.from_mapping(frames)
     as_of = (as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)).astimezone(UTC)
     zones = _zone_names(fr)
     shipments = _shipments(fr)
     rows = _with_zones(_joined(fr, shipments), zones)
     rows, tiers = _with_tariffs(rows, shipments, tariffs)
-    return _rules(rows, zones, as_of, working_calendar(), tiers)
+    c = Clock(rows, zones, as_of, working_calendar(), tiers)
+    c.rows = _clock_rows(c)
+    return c
 
 
 # --- the inputs of the rules: one row per container with everything joined ----------------
@@ -304,7 +382,7 @@ def _joined(fr: WarehouseFrames, shipments: pl.LazyFrame) -> pl.LazyFrame:
     )
     fees = (
         fr.container_fees.with_columns(
-            _fee=pl.when(col("type") != "total").then("amount"),
+            _fee=pl.when(~total_fee_expr(col("type"))).then("amount"),
             _demurrage=pl.when(col("type") == "demurrage").then("amount"),
         )
         .group_by("container_id")
@@ -568,18 +646,11 @@ def _lfd_phrase(days: pl.Expr, place: list[pl.Expr]) -> pl.Expr:
 # --- the rules ----------------------------------------------------------------------------
 
 
-def _rules(
-    rows: pl.LazyFrame,
-    zones: list[str],
-    as_of: datetime,
-    cal: WorkingCalendar,
-    tiers: dict[str, int],
-) -> pl.LazyFrame:
-    """The risk columns, rule by rule (``zones``: the zone names the rows use)."""
+def _clock_rows(c: Clock) -> pl.LazyFrame:
+    """The rows of :class:`Clock`: the rules "Which LFD binds" and "Dates and zones", and the
+    detention clock."""
     col = pl.col
-
-    def today(zone: str) -> date:
-        return as_of.astimezone(ZoneInfo(zone)).date()
+    rows, zones, cal, today = c.rows, c.zones, c.cal, c.today
 
     # --- Which LFD binds: phases ---------------------------------------------------------
     inland = col("_inland")
@@ -606,17 +677,10 @@ def _rules(
     # --- Dates and zones: every LFD and event as a local calendar date --------------------
     at_ramp = inland & left_port  # an inland box that left the port: the destination's clock
     pod_zone, dest_zone = col("_zone_pod"), col("_zone_dest")
-    dates = rows.collect_schema()
-
-    def lfd(name: str, zone: pl.Expr) -> pl.Expr:  # a DATE column is the local date already
-        return col(name) if dates[name] == pl.Date else _local_date(name, zone, zones)
-
-    rows = rows.with_columns(
-        lfd_terminal=lfd("pickup_lfd_terminal", pod_zone),
-        lfd_line=lfd("pickup_lfd_line", col("_zone_line")),
-        lfd_rail=pl.coalesce(
-            lfd("pickup_lfd_rail", dest_zone), lfd("ind_facility_lfd_on", dest_zone)
-        ),
+    rows = rows.with_columns(  # LFD columns are local dates already
+        lfd_terminal=col("pickup_lfd_terminal"),
+        lfd_line=col("pickup_lfd_line"),
+        lfd_rail=pl.coalesce("pickup_lfd_rail", "ind_facility_lfd_on"),
         lfd_pod=col("pod_lfd_unified"),
         _appointment_date=_local_date("pickup_appointment_at", pod_zone, zones),
         _return_date=_local_date("empty_terminated_at", col("_zone_empty"), zones),
@@ -666,6 +730,7 @@ def _rules(
     ]
     rows = rows.with_columns(
         lfd_source=source,
+        _pod_source=pod_source,
         lfd_disagreement_days=pl.when(
             pl.sum_horizontal(d.is_not_null() for d in reported) >= 2
         ).then(_days_between(pl.max_horizontal(reported), pl.min_horizontal(reported))),
@@ -694,6 +759,26 @@ def _rules(
         days_to_lfd=_days_between(col("lfd_date"), today_local),
         working_days_to_lfd=cal.working_days_between(today_local, col("lfd_date")),
     )
+
+    # --- Cost: detention (its clock) ------------------------------------------------------
+    rows = rows.with_columns(
+        detention_lfd=_free_time_end(cal, DET, col("_full_out_date")),
+        _detention_end=pl.coalesce(col("_return_date"), _in_zone(pod_zone, zones, today)),
+    )
+    return rows
+
+
+def _rules(c: Clock) -> pl.LazyFrame:
+    """The risk columns, rule by rule, on the rows of a :class:`Clock`."""
+    col = pl.col
+    rows, zones, as_of, cal, tiers, today = c.rows, c.zones, c.as_of, c.cal, c.tiers, c.today
+    done, inland = col("_done"), col("_inland")
+    at_ramp = inland & col("_left_port")
+    pod_zone, dest_zone = col("_zone_pod"), col("_zone_dest")
+    today_local = col("today_local")
+
+    def in_binding_zone(day: Callable[[str], date]) -> pl.Expr:
+        return _in_zone(col("_zone_binding"), zones, day)
 
     # --- Holds, availability, fees --------------------------------------------------------
     on_hold = col("blocking_holds").list.len() > 0
@@ -752,9 +837,8 @@ def _rules(
     )
 
     # --- Cost: detention ------------------------------------------------------------------
-    detention_end = pl.coalesce(col("_return_date"), _in_zone(pod_zone, zones, today))
+    detention_end = col("_detention_end")
     rows = rows.with_columns(
-        detention_lfd=_free_time_end(cal, DET, col("_full_out_date")),
         days_out=_days_between(detention_end, col("_full_out_date")),
         detention_tariff_line=pl.when(col("full_out_at").is_not_null()).then(
             col(DET + "tariff_line")

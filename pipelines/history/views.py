@@ -7,17 +7,15 @@
   ``pod_lfd_*_selection`` and ``*_manual`` fields are in history, not in this view);
 - ``terminal49.eta_reliability``: per carrier, port of discharge and month of actual arrival,
   the first ETA freetime saw against the actual arrival (shipments seen before they arrived);
-- ``terminal49.charged_days``: one row per day charged (a local day after the LFD up to the day
-  of full-out, or today while the box is in the yard), flagged when at any moment of that day
-  history shows the box not available or under a hold with status ``hold``, or when the day
-  ended before freetime first saw the container (then nothing is known about it);
-- ``terminal49.free_time_used``: per container, discharge, first available, LFD and its basis,
-  free time start and end, pickup, empty return, days charged and how many of them were
-  flagged.
+- ``terminal49.charged_days``: the charge engine's chargeable days (``analytics.charge_days``,
+  one row per container, party, charge and day, published by the risk run) with
+  :func:`day_flags_sql`'s flags from history;
+- ``terminal49.free_time_used``: the engine's rows per container and party
+  (``analytics.charges``) with discharge, first seen, first available, pickup, empty return
+  and the counts of its charged days (flagged ones too).
 
-The LFD of the free-time views: with ``import_deadlines.pod`` (``has_pod_deadlines``) the
-unified POD deadline, else the terminal's LFD, else the line's, else ``pickup_lfd``. LFD values
-are local dates; an LFD column still holding instants is read in its zone.
+The two charge views exist once a risk run has published the engine's tables
+(:mod:`pipelines.analytics.charges`); no LFD rule is restated here.
 """
 
 from __future__ import annotations
@@ -26,62 +24,71 @@ from collections.abc import Mapping
 
 import duckdb
 
-from pipelines.config import DATASET
+from pipelines.config import ANALYTICS_SCHEMA, DATASET
 from pipelines.history import HISTORY_TABLE, q
 from pipelines.warehouse import column_types
 
 D = q(DATASET)
-RAIL_ZONE_FIELDS = ("pickup_lfd_rail", "ind_facility_lfd_on")
+#: The engine's tables (``pipelines.analytics.charges.PARTIES_TABLE`` / ``DAYS_TABLE``).
+CHARGES, CHARGE_DAYS = "charges", "charge_days"
 
 
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
     return column_types(con, DATASET, table)
 
 
-def local_date_sql(expr: str, duck_type: str, zone: str) -> str:
-    """``expr`` (a DATE, or an instant: local midnight in UTC) as a local calendar date."""
-    if duck_type == "DATE":
-        return expr
-    return f"CAST(timezone({zone}, {expr}) AS DATE)"
-
-
 def _text_date(value: str, zone: str) -> str:
     """A history text value of an LFD as a local date: ``2030-01-10`` is that day; an instant
-    is read in ``zone``."""
+    (history rows written before LFDs became dates stay as they were) is read in ``zone``."""
     return (
         f"CASE WHEN length({value}) = 10 THEN TRY_CAST({value} AS DATE) ELSE "
         f"CAST(timezone({zone}, TRY_CAST({value} AS TIMESTAMPTZ)) AS DATE) END"
     )
 
 
-def _binding(cols: Mapping[str, str]) -> tuple[str, str]:
-    """SQL for the LFD (local date) and its basis, from the container row ``c``."""
-    zone = "coalesce(c.pod_timezone, 'UTC')"
-    legacy = [c for c in ("pickup_lfd_terminal", "pickup_lfd_line", "pickup_lfd") if c in cols]
-    if not legacy:
-        date, basis = "CAST(NULL AS DATE)", "CAST(NULL AS VARCHAR)"
-    else:
-        dates = [local_date_sql(f"c.{c}", cols[c], zone) for c in legacy]
-        date = f"coalesce({', '.join(dates)})"
-        whens = " ".join(
-            f"WHEN {d} IS NOT NULL THEN '{c}'" for c, d in zip(legacy, dates, strict=True)
+def day_flags_sql(days: str, h: str = f"{D}.{HISTORY_TABLE}") -> str:
+    """SQL: every row of relation ``days`` (with ``container_id``, ``day``, a local date, and
+    ``zone``, its IANA zone) plus ``day_start`` and ``day_end`` (the local day as instants),
+    ``before_first_seen`` (the day ended before freetime first saw the container: nothing is
+    known of it), ``not_available_or_held`` and ``reasons`` (at some moment of the day history
+    shows the box not available, or under a hold with status ``hold``)."""
+    return f"""
+        WITH first_seen AS (
+            SELECT entity_id AS container_id, min(observed_at) AS first_seen_at
+            FROM {h} WHERE entity = 'container' GROUP BY entity_id
+        ), segments AS (
+            SELECT entity_id AS container_id, field, new_value, observed_at AS since,
+                   lead(observed_at) OVER (PARTITION BY entity_id, field
+                                           ORDER BY observed_at, load_id) AS until
+            FROM {h}
+            WHERE entity = 'container' AND (field IN ('current_status', 'available_for_pickup')
+                                            OR field LIKE 'hold:%')
+        ), blocking AS (
+            SELECT container_id, since, until,
+                   CASE WHEN field LIKE 'hold:%' THEN substr(field, 6) || ' hold'
+                        ELSE 'not available' END AS reason
+            FROM segments
+            WHERE (field = 'current_status' AND new_value = 'not_available')
+               OR (field = 'available_for_pickup' AND new_value = 'false')
+               OR (field LIKE 'hold:%' AND list_contains(string_split(new_value, ','), 'hold'))
+        ), bounded AS (
+            SELECT d.*, timezone(d.zone, CAST(d.day AS TIMESTAMP)) AS day_start,
+                   timezone(d.zone, CAST(d.day + 1 AS TIMESTAMP)) AS day_end,
+                   f.first_seen_at AS _first_seen_at
+            FROM {days} d LEFT JOIN first_seen f ON f.container_id = d.container_id
         )
-        basis = f"CASE {whens} END"
-    if "has_pod_deadlines" in cols and "pod_lfd_unified" in cols:
-        unified = local_date_sql("c.pod_lfd_unified", cols["pod_lfd_unified"], zone)
-        selection = (
-            "'pod_' || coalesce(c.pod_lfd_unified_selection, 'unified')"
-            if "pod_lfd_unified_selection" in cols
-            else "'pod_unified'"
-        )
-        date = f"CASE WHEN c.has_pod_deadlines THEN {unified} ELSE {date} END"
-        basis = f"CASE WHEN c.has_pod_deadlines THEN {selection} ELSE {basis} END"
-    return date, basis
+        SELECT b.* EXCLUDE (_first_seen_at),
+               b._first_seen_at IS NULL OR b.day_end <= b._first_seen_at AS before_first_seen,
+               count(k.reason) > 0 AS not_available_or_held,
+               string_agg(DISTINCT k.reason, ', ' ORDER BY k.reason) AS reasons
+        FROM bounded b LEFT JOIN blocking k ON k.container_id = b.container_id
+             AND k.since < b.day_end AND (k.until IS NULL OR k.until > b.day_start)
+        GROUP BY ALL"""
 
 
 def create_views(con: duckdb.DuckDBPyConnection) -> None:
-    """(Re)create the views; a no-op until ``history`` and ``containers`` exist. The SQL follows
-    the columns the tables have (an LFD column may be a DATE or an instant)."""
+    """(Re)create the views; a no-op until ``history`` and ``containers`` exist, and the charge
+    views wait for the engine's tables. The SQL follows the columns the tables have."""
     cols = _columns(con, "containers")
     if not cols or not _columns(con, HISTORY_TABLE):
         return
@@ -111,83 +118,55 @@ def create_views(con: duckdb.DuckDBPyConnection) -> None:
         WHERE h.entity = 'container' AND h.field LIKE '%lfd%'
           AND NOT (ends_with(h.field, '_selection') OR ends_with(h.field, '_manual'))
     """)
-    lfd, basis = _binding(cols)
-    pz = f"coalesce({col('pod_timezone')}, 'UTC')"
-    out_at = col("pod_full_out_at")
-    con.execute(f"""
-        CREATE OR REPLACE VIEW {D}.charged_days AS
-        WITH base AS (
-            SELECT c.id AS container_id, {pz} AS zone, {lfd} AS lfd_date,
-                   {
-        local_date_sql(out_at, cols.get("pod_full_out_at", "DATE"), pz)
-        if "pod_full_out_at" in cols
-        else "CAST(NULL AS DATE)"
-    } AS out_date,
-                   {col("pod_discharged_at")} AS discharged_at,
-                   (SELECT min(observed_at) FROM {h} f WHERE f.entity = 'container'
-                      AND f.entity_id = c.id) AS first_seen_at
-            FROM {D}.containers c
-        ), days AS (
-            SELECT container_id, zone, first_seen_at,
-                   CAST(unnest(generate_series(lfd_date + 1,
-                        coalesce(out_date, CAST(timezone(zone, now()) AS DATE)),
-                        INTERVAL 1 DAY)) AS DATE) AS day
-            FROM base WHERE lfd_date IS NOT NULL AND discharged_at IS NOT NULL
-        ), segments AS (
-            SELECT entity_id AS container_id, field, new_value, observed_at AS since,
-                   lead(observed_at) OVER (PARTITION BY entity_id, field
-                                           ORDER BY observed_at, load_id) AS until
-            FROM {h}
-            WHERE entity = 'container' AND (field IN ('current_status', 'available_for_pickup')
-                                            OR field LIKE 'hold:%')
-        ), blocking AS (
-            SELECT container_id, since, until,
-                   CASE WHEN field LIKE 'hold:%' THEN substr(field, 6) || ' hold'
-                        ELSE 'not available' END AS reason
-            FROM segments
-            WHERE (field = 'current_status' AND new_value = 'not_available')
-               OR (field = 'available_for_pickup' AND new_value = 'false')
-               OR (field LIKE 'hold:%' AND list_contains(string_split(new_value, ','), 'hold'))
-        ), bounded AS (
-            SELECT d.*, timezone(d.zone, CAST(d.day AS TIMESTAMP)) AS day_start,
-                   timezone(d.zone, CAST(d.day + 1 AS TIMESTAMP)) AS day_end
-            FROM days d
-        )
-        SELECT b.container_id, b.day, b.day_start, b.day_end,
-               b.first_seen_at IS NULL OR b.day_end <= b.first_seen_at AS before_first_seen,
-               count(k.reason) > 0 AS not_available_or_held,
-               string_agg(DISTINCT k.reason, ', ' ORDER BY k.reason) AS reasons
-        FROM bounded b LEFT JOIN blocking k ON k.container_id = b.container_id
-             AND k.since < b.day_end AND (k.until IS NULL OR k.until > b.day_start)
-        GROUP BY ALL
-    """)
-    con.execute(f"""
-        CREATE OR REPLACE VIEW {D}.free_time_used AS
-        SELECT c.id AS container_id, c.number AS container_number, {pz} AS pod_timezone,
-               (SELECT min(observed_at) FROM {h} f WHERE f.entity = 'container'
-                  AND f.entity_id = c.id) AS first_seen_at,
-               {col("pod_discharged_at")} AS discharged_at,
-               (SELECT min(observed_at) FROM {h} f WHERE f.entity = 'container'
-                  AND f.entity_id = c.id
-                  AND ((f.field = 'current_status' AND f.new_value = 'available')
-                       OR (f.field = 'available_for_pickup' AND f.new_value = 'true')))
-                 AS first_available_at,
-               {lfd} AS lfd_date, {basis} AS lfd_basis,
-               CAST(timezone({pz}, {col("pod_discharged_at")}) AS DATE) + 1 AS free_time_start,
-               {lfd} AS free_time_end,
-               date_diff('day', CAST(timezone({pz}, {col("pod_discharged_at")}) AS DATE),
-                         {lfd}) AS free_days,
-               {out_at} AS picked_up_at, {col("empty_terminated_at")} AS empty_returned_at,
-               (SELECT count(*) FROM {D}.charged_days d WHERE d.container_id = c.id)
-                 AS days_charged,
-               (SELECT count(*) FILTER (WHERE d.not_available_or_held) FROM {D}.charged_days d
-                  WHERE d.container_id = c.id) AS days_charged_not_available,
-               (SELECT count(*) FILTER (WHERE d.before_first_seen) FROM {D}.charged_days d
-                  WHERE d.container_id = c.id) AS days_charged_before_first_seen
-        FROM {D}.containers c
-    """)
+    _charge_views(con, h, cols)
     if _columns(con, "shipments"):
         _eta_view(con, h)
+
+
+def _charge_views(con: duckdb.DuckDBPyConnection, h: str, cols: Mapping[str, str]) -> None:
+    """``charged_days`` and ``free_time_used`` over the engine's published tables."""
+    a = q(ANALYTICS_SCHEMA)
+    if not {"container_id", "day", "zone"} <= set(column_types(con, ANALYTICS_SCHEMA, CHARGE_DAYS)):
+        return
+    if "container_id" not in column_types(con, ANALYTICS_SCHEMA, CHARGES):
+        return
+    col = lambda name: f"c.{q(name)}" if name in cols else "NULL"  # noqa: E731
+    con.execute(
+        f"CREATE OR REPLACE VIEW {D}.charged_days AS {day_flags_sql(f'{a}.{CHARGE_DAYS}', h)}"
+    )
+    con.execute(f"""
+        CREATE OR REPLACE VIEW {D}.free_time_used AS
+        WITH seen AS (
+            SELECT entity_id AS container_id, min(observed_at) AS first_seen_at,
+                   min(observed_at) FILTER (WHERE
+                       (field = 'current_status' AND new_value = 'available')
+                       OR (field = 'available_for_pickup' AND new_value = 'true'))
+                     AS first_available_at
+            FROM {h} WHERE entity = 'container' GROUP BY entity_id
+        ), counted AS (
+            SELECT container_id, party, charge, count(*) AS days_charged,
+                   count(*) FILTER (WHERE not_available_or_held) AS days_charged_not_available,
+                   count(*) FILTER (WHERE before_first_seen) AS days_charged_before_first_seen
+            FROM {D}.charged_days GROUP BY ALL
+        )
+        SELECT p.container_id, p.container_number, p.party, p.charge, p.binds,
+               coalesce({col("pod_timezone")}, 'UTC') AS pod_timezone, p.zone,
+               s.first_seen_at, {col("pod_discharged_at")} AS discharged_at,
+               s.first_available_at, p.lfd_date, p.lfd_column AS lfd_basis, p.lfd_source,
+               p.free_time_start, p.lfd_date AS free_time_end, p.free_days,
+               p.chargeable_until, p.end_reason,
+               {col("pod_full_out_at")} AS picked_up_at,
+               {col("empty_terminated_at")} AS empty_returned_at,
+               coalesce(n.days_charged, 0) AS days_charged,
+               coalesce(n.days_charged_not_available, 0) AS days_charged_not_available,
+               coalesce(n.days_charged_before_first_seen, 0) AS days_charged_before_first_seen,
+               p.amount, p.currency, p.tariff_line, p.as_of
+        FROM {a}.{CHARGES} p
+        LEFT JOIN {D}.containers c ON c.id = p.container_id
+        LEFT JOIN seen s ON s.container_id = p.container_id
+        LEFT JOIN counted n ON n.container_id = p.container_id AND n.party = p.party
+             AND n.charge = p.charge
+    """)
 
 
 def _eta_view(con: duckdb.DuckDBPyConnection, h: str) -> None:

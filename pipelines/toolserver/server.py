@@ -261,8 +261,9 @@ def build_server(
         container: Annotated[str, Field(description="Container number or id.")],
     ) -> Annotated[CallToolResult, EvidenceOut]:
         """The evidence for a demurrage dispute of one container, as `freetime evidence`
-        writes it: free time and its basis, start and end, each charged day with its rate,
-        the timeline (in the CSV), and what freetime cannot know."""
+        writes it: per charging party its free time, LFD and source, end of chargeable time,
+        each charged day with its tier and rate, the timeline (in the CSV), and what
+        freetime cannot know."""
 
         def gather(snap: Snapshot) -> dict[str, Any]:
             ev = evidence.gather(snap.con, container, load_tariffs())
@@ -274,7 +275,8 @@ def build_server(
 
         out = _answer(rd, ("container_evidence", container), gather)
         facts = out["facts"]
-        return _result(f"{container}: free time ends {facts.get('End of free time (LFD)')}", out)
+        binding = facts.get("Pick up before (binding LFD)")
+        return _result(f"{container}: pick up before {binding}", out)
 
     @mcp.tool(annotations=READ_ONLY)
     def warehouse_freshness() -> Annotated[CallToolResult, FreshnessOut]:
