@@ -64,7 +64,7 @@ from pipelines.webhooks.inbox import (
     default_inbox_path,
     notification_from_doc,
 )
-from pipelines.write import MERGES, Published, write, writer_lock
+from pipelines.write import MERGES, WriteSummary, write, writer_lock
 
 log = logging.getLogger("freetime.webhooks")
 
@@ -438,10 +438,10 @@ def _tables_source(tables: dict[str, pa.Table]) -> list[DltResource]:
 
 def write_tables(
     duckdb_path: Path, tables: dict[str, pa.Table], lock_retry_seconds: float = 30.0
-) -> Published:
+) -> WriteSummary:
     """Merge ``tables`` into the warehouse (see :func:`pipelines.write.write`)."""
     if not tables:
-        return Published()
+        return WriteSummary()
     with writer_lock(duckdb_path, "webhook apply"):
         return write(
             "webhooks", _tables_source(tables), duckdb_path, lock_retry_seconds=lock_retry_seconds
