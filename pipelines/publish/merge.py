@@ -175,16 +175,25 @@ def remove_unlisted(
     scan_started: dt.datetime,
     out: RowCounts,
     ctx: history.Context,
+    loads_table: str,
 ) -> None:
     """After a complete full scan: remove the records of ``table`` (and their children) that
-    the API no longer lists, unless they were written after the scan started; history
-    records each removal."""
+    the API no longer lists, unless they were fetched after the scan started or published
+    after it started (by any writer: a webhook may deliver, during the scan, a record the API
+    produced before it; ``loads_table`` logs when each load was published); history records
+    each removal."""
     dst = f"{quote(DATASET)}.{quote(table)}"
+    later = ""
+    if "_dlt_load_id" in column_types(con, DATASET, table):
+        later = (
+            f"AND coalesce(t._dlt_load_id, '') NOT IN (SELECT load_id FROM "
+            f"{quote(DATASET)}.{quote(loads_table)} WHERE published_at >= $started)"
+        )
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE _gone AS SELECT id FROM {dst} t "
-        f"WHERE t.fetched_at < ? AND NOT EXISTS (SELECT 1 FROM {quote(inc)}.{quote(table)} i "
-        "WHERE i._dlt_load_id = ? AND i.id = t.id)",
-        [scan_started, load_id],
+        f"WHERE t.fetched_at < $started {later} AND NOT EXISTS (SELECT 1 FROM "
+        f"{quote(inc)}.{quote(table)} i WHERE i._dlt_load_id = $load AND i.id = t.id)",
+        {"started": scan_started, "load": load_id},
     )
     history.record_removed(con, table, ctx, scan_started)
     removed = _count(con, f"DELETE FROM {dst} WHERE id IN (SELECT id FROM _gone)")

@@ -43,11 +43,19 @@ MAX_SLOTS = 8
 
 
 class _DropDltNoise(logging.Filter):
-    """dlt warns on every Arrow table whose nullability differs from its schema (the flattener
-    declares key columns non-null, dlt's schema keeps its own): noise here."""
+    """Noise here: dlt warns on every Arrow table whose nullability differs from its schema
+    (the flattener declares key columns non-null, dlt's schema keeps its own); and it logs a
+    traceback for a failing job or trace file (a full disk), a failure it raises to the write,
+    which reports it in one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "when merging arrow schema with dlt schema" not in record.getMessage()
+        if record.exc_info or record.funcName == "suppress_and_warn":
+            return False
+        message = record.getMessage()
+        return not (
+            "when merging arrow schema with dlt schema" in message
+            or "Traceback (most recent call last)" in message  # a retried job's failure
+        )
 
 
 _DLT_NOISE = _DropDltNoise()

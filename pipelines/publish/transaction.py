@@ -9,6 +9,7 @@ at any moment leaves every table before or after the load, all together.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -104,7 +105,10 @@ def publish(
             finish(con)
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        # DuckDB may have ended the transaction itself (a full disk invalidates it): a ROLLBACK
+        # then fails with "no transaction is active", which must not hide the cause
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
         raise
     return out
 
@@ -134,7 +138,9 @@ def _publish_load(
     if scan is not None:
         for listed, children in LISTED.items():
             if listed in scan.complete_lists and listed in present:
-                remove_unlisted(con, inc, listed, children, load_id, scan.started_at, out, ctx)
+                remove_unlisted(
+                    con, inc, listed, children, load_id, scan.started_at, out, ctx, LOADS_TABLE
+                )
     for table in present:
         if not table.startswith("_dlt_"):
             con.execute(
