@@ -6,8 +6,9 @@ Both flows:
   on the machine that runs them (env ``FREETIME_DUCKDB``, dlt config, ``data/freetime.duckdb``);
   ``sync`` also takes the API settings (base URL, rate limit), resolved the same way. The API
   key is never a parameter: the load resolves it itself;
-- hold the warehouse's single Prefect concurrency slot (:data:`flows.tasks.WAREHOUSE_LIMIT`)
-  for their whole body, so loads and risk publishes never overlap, whatever started them;
+- write the warehouse through its writer lock, held only while each step publishes (see
+  docs/scheduling.md, "One writer at a time"): an hourly sync runs while the nightly full scan
+  scans, and both publish in turn;
 - fail (the flow run ends Failed, a direct call raises) with the pipeline's user-safe message
   when the API or the warehouse cannot be reached;
 - return a :class:`RunReport` (in process; results are not persisted).
@@ -28,14 +29,12 @@ from flows.artifacts import Reconciliation
 from flows.tasks import (
     LoadOutcome,
     apply_webhooks,
-    check_warehouse,
     compute_risk,
     elapsed,
     fetch_events,
     load_account,
     publish_artifacts,
     reconcile_counts,
-    warehouse_slot,
     write_html_report,
 )
 from pipelines.analytics import RiskSummary
@@ -53,7 +52,7 @@ class RunReport:
     changes: dict[str, int] | None
     load: LoadOutcome | None = None
     reconciliation: list[Reconciliation] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)  # slot, load, risk, publish
+    timings: dict[str, float] = field(default_factory=dict)  # load, risk, events, publish
     body_started: float = 0.0  # time.perf_counter() when the flow body began (same process)
 
 
@@ -85,21 +84,19 @@ def sync(
     name = "sync (full)" if full else "sync"
     body_started = time.perf_counter()
     timings: dict[str, float] = {}
-    with warehouse_slot(duckdb_path):
-        timings["slot"] = elapsed(body_started)
-        with _timed(timings, "load"):
-            path = check_warehouse(duckdb_path)
-            load = load_account(path, base_url, rate_limit_per_minute, concurrency, full=full)
-            # Webhook notifications received since (and during) the scan land on top of it.
-            apply_webhooks(path, base_url, rate_limit_per_minute, reconcile=full)
-        with _timed(timings, "risk"):
-            risk = compute_risk(path, as_of, tariffs_path)
-        with _timed(timings, "events"):  # after risk: at-risk containers get their events
-            fetch_events(path, base_url, rate_limit_per_minute)
-        with _timed(timings, "publish"):
-            write_html_report(path)
-            reconciliation = reconcile_counts(path, load) if full else None
-            published = publish_artifacts(name, path, risk, load, reconciliation)
+    path = str(resolve_duckdb_path(duckdb_path))
+    with _timed(timings, "load"):
+        load = load_account(path, base_url, rate_limit_per_minute, concurrency, full=full)
+        # Webhook notifications received since (and during) the scan land on top of it.
+        apply_webhooks(path, base_url, rate_limit_per_minute, reconcile=full)
+    with _timed(timings, "risk"):
+        risk = compute_risk(path, as_of, tariffs_path)
+    with _timed(timings, "events"):  # after risk: at-risk containers get their events
+        fetch_events(path, base_url, rate_limit_per_minute)
+    with _timed(timings, "publish"):
+        write_html_report(path)
+        reconciliation = reconcile_counts(path, load) if full else None
+        published = publish_artifacts(name, path, risk, load, reconciliation)
     get_run_logger().info(
         "%s done: %d at risk; load %.1fs, risk %.1fs, publish %.1fs",
         name,
@@ -132,12 +129,10 @@ def risk(
     body_started = time.perf_counter()
     timings: dict[str, float] = {}
     path = str(resolve_duckdb_path(duckdb_path))
-    with warehouse_slot(path):
-        timings["slot"] = elapsed(body_started)
-        with _timed(timings, "risk"):
-            summary = compute_risk(path, as_of, tariffs_path)
-        with _timed(timings, "publish"):
-            published = publish_artifacts("risk", path, summary)
+    with _timed(timings, "risk"):
+        summary = compute_risk(path, as_of, tariffs_path)
+    with _timed(timings, "publish"):
+        published = publish_artifacts("risk", path, summary)
     return RunReport(
         flow="risk",
         duckdb_path=path,
