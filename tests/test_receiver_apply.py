@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import signal
-import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from pipelines.webhooks.signing import sign
 from pipelines.write import writer_lock
 from sandbox.process import SandboxProcess
 from tests.conftest import FIXTURES
+from tests.test_side_by_side import _free_port
 from tests.test_webhooks import post
 
 CLOCK = "2026-11-20T12:00:00Z"
@@ -42,12 +42,6 @@ def sb() -> Iterator[Any]:
         containers=300, seed=31, rate_limit=100, webhook_backoff=0.2, webhook_timeout=5
     ) as sandbox:
         yield sandbox
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
