@@ -38,7 +38,11 @@ class RollingWindowLimiter:
         self._lock = threading.Lock()
         self._clock = clock
         self._sleep = sleep
+        #: seconds during which at least one sender waited (wall time, not summed per thread)
         self.waited_s = 0.0
+        self._waiters = 0
+        self._wait_since = 0.0
+        self._wait_guard = threading.Lock()
 
     def acquire(self) -> None:
         """Block until one more request fits in the window, then record it."""
@@ -53,8 +57,20 @@ class RollingWindowLimiter:
                     self._sent.append(now)
                     return
                 wait = self.window - (now - self._sent[0])
-            self.waited_s += wait
-            self._sleep(max(wait, 0.001))
+            self._wait(max(wait, 0.001))
+
+    def _wait(self, seconds: float) -> None:
+        with self._wait_guard:
+            if self._waiters == 0:
+                self._wait_since = self._clock()
+            self._waiters += 1
+        try:
+            self._sleep(seconds)
+        finally:
+            with self._wait_guard:
+                self._waiters -= 1
+                if self._waiters == 0:
+                    self.waited_s += self._clock() - self._wait_since
 
     def penalise(self, seconds: float) -> None:
         """After a 429, hold every sender back: fill the window as if it were just used up."""
@@ -139,8 +155,7 @@ class SharedWindowLimiter(RollingWindowLimiter):
                 wait = max(self.window - (now - oldest), 0.05)
                 if self.yielding and urgent:
                     wait = min(wait, float(state["urgent_until"]) - now + 0.05)
-            self.waited_s += wait
-            self._sleep(max(wait, 0.001))
+            self._wait(max(wait, 0.001))
 
     def penalise(self, seconds: float) -> None:
         """After a 429, hold every sender of every process back for ``seconds``."""
