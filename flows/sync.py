@@ -29,6 +29,7 @@ from flows.artifacts import Reconciliation
 from flows.tasks import (
     LoadOutcome,
     apply_webhooks,
+    check_warehouse,
     compute_risk,
     elapsed,
     fetch_events,
@@ -84,8 +85,8 @@ def sync(
     name = "sync (full)" if full else "sync"
     body_started = time.perf_counter()
     timings: dict[str, float] = {}
-    path = str(resolve_duckdb_path(duckdb_path))
     with _timed(timings, "load"):
+        path = check_warehouse(duckdb_path)
         load = load_account(path, base_url, rate_limit_per_minute, concurrency, full=full)
         # Webhook notifications received since (and during) the scan land on top of it.
         apply_webhooks(path, base_url, rate_limit_per_minute, reconcile=full)

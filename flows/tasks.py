@@ -54,7 +54,9 @@ from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import (
     WarehouseError,
     WarehouseLocked,
+    check_usable,
     read_table,
+    reading,
     row_counts,
 )
 from pipelines.webhooks.apply import ApplySummary, apply_inbox
@@ -136,6 +138,20 @@ class LoadOutcome:
             f"({s.pages} pages, {s.reconcile_pages} to reconcile), {s.retries} retries, "
             f"{s.rate_limited} rate-limited, {s.budget_wait_seconds:.1f}s waited for the budget"
         )
+
+
+@task(name="check-warehouse", cache_policy=NO_CACHE, persist_result=False)
+def check_warehouse(duckdb_path: str | None) -> str:
+    """Before any API call: the path can be a warehouse (a folder or another kind of file is one
+    line), and no process keeps it open for writing (a notebook's write connection) for longer
+    than ``LOCK_RETRY_SECONDS``: then ``WarehouseLocked``, reported plainly. A read-only look:
+    one writer at a time is the writer lock's job, not this task's."""
+    path = resolve_duckdb_path(duckdb_path)
+    if path.exists():
+        with reading(path, retry_seconds=LOCK_RETRY_SECONDS):
+            pass
+    check_usable(path)
+    return str(path)
 
 
 @task(
