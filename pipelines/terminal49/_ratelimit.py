@@ -89,8 +89,9 @@ class SharedWindowLimiter(RollingWindowLimiter):
     The window's send times live in ``path`` (JSON), read and rewritten under an exclusive
     ``fcntl`` lock for each acquisition; ``time.monotonic`` is the machine's clock on Linux, so
     the processes agree on it. A ``yielding`` limiter (the full scan, which has the whole
-    night) leaves the last quarter of the window to the others while one of them has sent in
-    the last :data:`URGENT_HOLD_S` seconds: the hourly sync is not slowed by the scan.
+    night) always leaves a tenth of the window free, so that another writer's first requests
+    go at once, and a quarter while one of them has sent in the last :data:`URGENT_HOLD_S`
+    seconds: the hourly sync is slowed as little as the budget allows.
     """
 
     #: seconds a non-yielding sender is considered active after its latest request
@@ -143,7 +144,9 @@ class SharedWindowLimiter(RollingWindowLimiter):
                 now = self._clock()
                 sent = [t for t in state.get("sent", []) if now - t < self.window]
                 urgent = float(state.get("urgent_until", 0.0)) > now
-                room = self.limit - self.limit // 4 if self.yielding and urgent else self.limit
+                room = self.limit
+                if self.yielding:  # a tenth always free, so another writer starts at once
+                    room -= self.limit // 4 if urgent else self.limit // 10
                 if len(sent) < room:
                     sent.append(now)
                     state["sent"] = sent
