@@ -25,6 +25,7 @@ from typing import Any
 
 import duckdb
 
+import pipelines.publish.transaction as transaction_module
 import pipelines.write as write_module
 from freetime_cli._common import quiet_logging
 from pipelines import history
@@ -35,7 +36,7 @@ from sandbox.process import SandboxProcess
 CLOCK = "2026-11-20T12:00:00Z"
 _publish = write_module.publish
 _record_rows, _record_children = history.record_rows, history.record_children
-_views = write_module.create_history_views
+_views = transaction_module.create_history_views
 publish_seconds: list[float] = []
 
 
@@ -51,7 +52,7 @@ def set_history(on: bool) -> None:
     noop: Callable[..., int] = lambda *a, **k: 0  # noqa: E731
     history.record_rows = _record_rows if on else noop  # type: ignore[assignment]
     history.record_children = _record_children if on else noop  # type: ignore[assignment]
-    write_module.create_history_views = _views if on else noop  # type: ignore[assignment]
+    transaction_module.create_history_views = _views if on else noop  # type: ignore[assignment]
 
 
 def history_rows(path: Path) -> int:

@@ -1,7 +1,7 @@
 """Alerts in the flows: a send step after each risk publish, and the morning digest flow.
 
-Both call :mod:`pipelines.alerts`, as ``freetime alerts send|digest`` do. Neither holds the
-warehouse slot (they only read the warehouse; what they write goes to the alert state file),
+Both call :mod:`pipelines.alerts`, as ``freetime alerts send|digest`` do. Neither takes the
+writer lock (they only read the warehouse; what they write goes to the alert state file),
 and neither fails its flow because a channel is down or a destination is misconfigured: that
 is logged, one line per destination, and the alerts wait for the next pass. The send step is
 bounded (:data:`SEND_BUDGET_SECONDS`) so a slow channel never holds up the next sync.

@@ -6,8 +6,9 @@ Both flows:
   on the machine that runs them (env ``FREETIME_DUCKDB``, dlt config, ``data/freetime.duckdb``);
   ``sync`` also takes the API settings (base URL, rate limit), resolved the same way. The API
   key is never a parameter: the load resolves it itself;
-- hold the warehouse's single Prefect concurrency slot (:data:`flows.tasks.WAREHOUSE_LIMIT`)
-  for their whole body, so loads and risk publishes never overlap, whatever started them;
+- write the warehouse through its writer lock, held only while each step publishes (see
+  docs/scheduling.md, "One writer at a time"): an hourly sync runs while the nightly full scan
+  scans, and both publish in turn;
 - fail (the flow run ends Failed, a direct call raises) with the pipeline's user-safe message
   when the API or the warehouse cannot be reached;
 - return a :class:`RunReport` (in process; results are not persisted).
@@ -36,7 +37,6 @@ from flows.tasks import (
     load_account,
     publish_artifacts,
     reconcile_counts,
-    warehouse_slot,
     write_html_report,
 )
 from pipelines.analytics import RiskSummary
@@ -55,7 +55,7 @@ class RunReport:
     changes: dict[str, int] | None
     load: LoadOutcome | None = None
     reconciliation: list[Reconciliation] = field(default_factory=list)
-    #: seconds: ``slot`` (waiting for the warehouse), then each step in the order it ran
+    #: seconds: each step in the order it ran
     timings: dict[str, float] = field(default_factory=dict)
     body_started: float = 0.0  # time.perf_counter() when the flow body began (same process)
     #: API requests of each step that makes any (load, webhooks, events)
@@ -105,31 +105,29 @@ def sync(
     name = "sync (full)" if full else "sync"
     body_started = time.perf_counter()
     timings: dict[str, float] = {}
-    with warehouse_slot(duckdb_path):
-        timings["slot"] = elapsed(body_started)
-        with _timed(timings, "load"):
-            path = check_warehouse(duckdb_path)
-            load = load_account(path, base_url, rate_limit_per_minute, concurrency, full=full)
-        with _timed(timings, "webhooks"):
-            # Webhook notifications received since (and during) the scan land on top of it.
-            hooks = apply_webhooks(path, base_url, rate_limit_per_minute, reconcile=full)
-        with _timed(timings, "risk"):
-            risk = compute_risk(path, as_of, tariffs_path)
-        with _timed(timings, "events"):  # after risk: at-risk containers get their events
-            events = fetch_events(path, base_url, rate_limit_per_minute)
-        requests = {
-            "load": load.summary.requests,
-            "webhooks": hooks.requests,
-            "events": events.requests,
-        }
-        with _timed(timings, "report"):
-            write_html_report(path)
-        with _timed(timings, "publish"):
-            reconciliation = reconcile_counts(path, load) if full else None
-            published = publish_artifacts(
-                name, path, risk, load, reconciliation, timings=timings, requests=requests
-            )
-    with _timed(timings, "alerts"):  # outside the slot: a slow channel never blocks a load
+    with _timed(timings, "load"):
+        path = check_warehouse(duckdb_path)
+        load = load_account(path, base_url, rate_limit_per_minute, concurrency, full=full)
+    with _timed(timings, "webhooks"):
+        # Webhook notifications received since (and during) the scan land on top of it.
+        hooks = apply_webhooks(path, base_url, rate_limit_per_minute, reconcile=full)
+    with _timed(timings, "risk"):
+        risk = compute_risk(path, as_of, tariffs_path)
+    with _timed(timings, "events"):  # after risk: at-risk containers get their events
+        events = fetch_events(path, base_url, rate_limit_per_minute)
+    requests = {
+        "load": load.summary.requests,
+        "webhooks": hooks.requests,
+        "events": events.requests,
+    }
+    with _timed(timings, "report"):
+        write_html_report(path)
+    with _timed(timings, "publish"):
+        reconciliation = reconcile_counts(path, load) if full else None
+        published = publish_artifacts(
+            name, path, risk, load, reconciliation, timings=timings, requests=requests
+        )
+    with _timed(timings, "alerts"):  # last: a slow channel never delays the load or risk
         send_alerts(path)
     get_run_logger().info(
         "%s done: %d at risk; %s",
@@ -163,12 +161,10 @@ def risk(
     body_started = time.perf_counter()
     timings: dict[str, float] = {}
     path = str(resolve_duckdb_path(duckdb_path))
-    with warehouse_slot(path):
-        timings["slot"] = elapsed(body_started)
-        with _timed(timings, "risk"):
-            summary = compute_risk(path, as_of, tariffs_path)
-        with _timed(timings, "publish"):
-            published = publish_artifacts("risk", path, summary)
+    with _timed(timings, "risk"):
+        summary = compute_risk(path, as_of, tariffs_path)
+    with _timed(timings, "publish"):
+        published = publish_artifacts("risk", path, summary)
     with _timed(timings, "alerts"):
         send_alerts(path)
     return RunReport(

@@ -1,4 +1,4 @@
-"""Prefect tasks around the pipeline calls: load, risk, publish; plus the warehouse slot.
+"""Prefect tasks around the pipeline calls: load, webhooks, events, risk, publish.
 
 Each task wraps one call of :mod:`pipelines` and adds only orchestration: retries with backoff
 for failures that can pass (an unreachable API, a locked warehouse), none for those that cannot
@@ -10,11 +10,9 @@ load would be wrong), so every task is ``NO_CACHE`` and ``persist_result=False``
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,14 +20,6 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.client.base import ServerType
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.actions import (
-    GlobalConcurrencyLimitCreate,
-    GlobalConcurrencyLimitUpdate,
-)
-from prefect.concurrency.sync import concurrency
-from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
 from flows.artifacts import (
     AT_RISK_KEY,
@@ -55,6 +45,7 @@ from pipelines.config import (
     ApiSettings,
     ConfigError,
     resolve_duckdb_path,
+    working_folder,
 )
 from pipelines.history.transport_events import EventsSummary, fetch_transport_events
 from pipelines.load import LoadFailed, LoadSummary, run_load
@@ -64,17 +55,15 @@ from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import (
     WarehouseError,
     WarehouseLocked,
+    check_usable,
     read_table,
+    reading,
     row_counts,
-    writing,
 )
 from pipelines.webhooks.apply import ApplySummary, apply_inbox
 from pipelines.webhooks.inbox import default_inbox_path
+from pipelines.write import writer_lock
 
-# One global concurrency limit guards the warehouse: DuckDB takes one writer process at a time.
-WAREHOUSE_LIMIT = "freetime-warehouse"
-# How long a run waits for another run (e.g. the nightly full sync) to release the warehouse.
-WAREHOUSE_WAIT_SECONDS = 30 * 60.0
 # How long a run waits for a reader (a notebook, `duckdb` CLI) to let go of the file.
 LOCK_RETRY_SECONDS = 30.0
 # The load's own retries: the client already retries each request 8 times, so these are for a
@@ -82,87 +71,6 @@ LOCK_RETRY_SECONDS = 30.0
 LOAD_RETRY_DELAYS = [30.0, 120.0]
 # Lists that the full sync checks against the API's meta.total, and their tables.
 RECONCILED_TABLES = {"containers": "containers", "shipments": "shipments"}
-
-
-class WarehouseBusy(Exception):
-    """Another run held the warehouse slot for the whole wait. Message is user-safe."""
-
-
-# -- the warehouse slot ----------------------------------------------------------------------------
-
-
-# Lease on the slot, renewed by Prefect while the run lives; kept short so that a server which
-# revokes expired leases (a full `prefect server`) frees the slot of a killed run quickly.
-SLOT_LEASE_SECONDS = 60.0
-
-
-def ensure_warehouse_limit(name: str = WAREHOUSE_LIMIT, duckdb_path: str | None = None) -> None:
-    """Create the global concurrency limit ``name`` (1 slot) unless it exists already.
-
-    Prefect 3.8 does not create a named limit on first use: acquiring a missing one logs
-    "Concurrency limits [...] do not exist - skipping acquisition" and runs unguarded (with
-    ``strict=True`` it raises). So a fresh machine (or a fresh ephemeral server) gets it here;
-    an existing limit is left as its owner configured it.
-
-    On Prefect's temporary server (ephemeral mode: no ``PREFECT_API_URL``, as ``freetime run``
-    on a new machine) a taken slot can only be stale: Prefect keeps leases in the server's
-    memory and revokes expired ones only in a full server, so a run killed while holding the
-    slot (a Ctrl+C that also reached the server, a crash) would block every later run. There, a
-    slot found taken while the warehouse file is free for writing is released, with a warning.
-    """
-    with get_client(sync_client=True) as client:
-        try:
-            limit = client.read_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            # Two runs starting together may both try: the loser sees 409 and moves on.
-            with contextlib.suppress(ObjectAlreadyExists):
-                client.create_global_concurrency_limit(
-                    GlobalConcurrencyLimitCreate(name=name, limit=1)
-                )
-            return
-        if (
-            client.server_type == ServerType.EPHEMERAL
-            and limit.active_slots >= max(limit.limit, 1)
-            and _warehouse_free(duckdb_path)
-        ):
-            client.update_global_concurrency_limit(
-                name, GlobalConcurrencyLimitUpdate(active_slots=0)
-            )
-            get_run_logger().warning(
-                "released the warehouse slot %r left taken by a run that did not finish", name
-            )
-
-
-def _warehouse_free(duckdb_path: str | None) -> bool:
-    """Whether no other process is writing the warehouse right now."""
-    path = resolve_duckdb_path(duckdb_path)
-    if not path.exists():
-        return True
-    try:
-        with writing(path, retry_seconds=0.0):
-            return True
-    except WarehouseLocked:
-        return False
-
-
-@contextlib.contextmanager
-def warehouse_slot(duckdb_path: str | None = None, name: str = WAREHOUSE_LIMIT) -> Iterator[None]:
-    """Hold the warehouse's single slot for the block (waits for a running load first)."""
-    ensure_warehouse_limit(name, duckdb_path)
-    try:
-        with concurrency(
-            name,
-            occupy=1,
-            timeout_seconds=WAREHOUSE_WAIT_SECONDS,
-            lease_duration=SLOT_LEASE_SECONDS,
-            strict=True,
-        ):
-            yield
-    except TimeoutError as exc:  # AcquireConcurrencySlotTimeoutError subclasses TimeoutError
-        raise WarehouseBusy(
-            f"another freetime run kept the warehouse busy for {WAREHOUSE_WAIT_SECONDS / 60:.0f} "
-            f"min (Prefect concurrency limit {name!r}); try again when it has finished"
-        ) from exc
 
 
 # -- retry policy ----------------------------------------------------------------------------------
@@ -229,17 +137,21 @@ class LoadOutcome:
             + (f", removed (no longer listed): {removed}" if removed else "")
             + f" in {s.seconds:.1f}s; {s.requests} requests "
             f"({s.pages} pages, {s.reconcile_pages} to reconcile), {s.retries} retries, "
-            f"{s.rate_limited} rate-limited"
+            f"{s.rate_limited} rate-limited, {s.budget_wait_seconds:.1f}s waited for the budget"
         )
 
 
 @task(name="check-warehouse", cache_policy=NO_CACHE, persist_result=False)
 def check_warehouse(duckdb_path: str | None) -> str:
-    """Open the warehouse for writing once, before any API call: a reader holding the file is
-    waited for (``LOCK_RETRY_SECONDS``), then reported plainly as ``WarehouseLocked``."""
+    """Before any API call: the path can be a warehouse (a folder or another kind of file is one
+    line), and no process keeps it open for writing (a notebook's write connection) for longer
+    than ``LOCK_RETRY_SECONDS``: then ``WarehouseLocked``, reported plainly. A read-only look:
+    one writer at a time is the writer lock's job, not this task's."""
     path = resolve_duckdb_path(duckdb_path)
-    with writing(path, retry_seconds=LOCK_RETRY_SECONDS):
-        pass
+    if path.exists():
+        with reading(path, retry_seconds=LOCK_RETRY_SECONDS):
+            pass
+    check_usable(path)
     return str(path)
 
 
@@ -312,7 +224,8 @@ def apply_webhooks(
     if not inbox.exists():
         return WebhooksOutcome()
     api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit_per_minute)
-    client = Terminal49Client.for_api(api) if api.api_key else None
+    budget = working_folder(Path(duckdb_path))  # the key's budget, shared with the other writers
+    client = Terminal49Client.for_api(api, budget=budget) if api.api_key else None
     try:
         summary = apply_inbox(
             duckdb_path, inbox, client, reconcile=reconcile and client is not None
@@ -344,8 +257,9 @@ def fetch_events(
     def step(done: int, total: int) -> None:
         progress.report("events", done, total, "requests")
 
+    budget = working_folder(Path(duckdb_path))  # the key's budget, shared with the other writers
     try:
-        with Terminal49Client.for_api(api) as client:
+        with Terminal49Client.for_api(api, budget=budget) as client:
             summary = fetch_transport_events(Path(duckdb_path), client, on_request=step)
     finally:
         progress.finish("events")
@@ -367,8 +281,10 @@ def fetch_events(
 def compute_risk(
     duckdb_path: str | None, as_of: dt.datetime | None = None, tariffs_path: str | None = None
 ) -> RiskSummary:
-    """Recompute and publish ``analytics.demurrage_risk`` and its views as of ``as_of``."""
-    summary = publish_risk(duckdb_path, as_of=as_of, tariffs_path=tariffs_path)
+    """Recompute and publish ``analytics.demurrage_risk`` and its views as of ``as_of``, under
+    the warehouse's writer lock (it writes the warehouse like any writer)."""
+    with writer_lock(resolve_duckdb_path(duckdb_path), "risk publish"):
+        summary = publish_risk(duckdb_path, as_of=as_of, tariffs_path=tariffs_path)
     get_run_logger().info(
         "risk as of %s: %s",
         summary.as_of.isoformat(),
@@ -458,7 +374,7 @@ def publish_artifacts(
             changes=changes,
             load_line=load.line() if load else None,
             reconciliation=recon,
-            timings={k: v for k, v in (timings or {}).items() if k != "slot"},
+            timings=dict(timings or {}),
             requests=dict(requests or {}),
         )
     )
@@ -487,7 +403,6 @@ USER_FACING: tuple[type[BaseException], ...] = (
     ConfigError,
     LoadFailed,
     WarehouseError,  # locked, missing, or not a DuckDB file
-    WarehouseBusy,
     TariffError,
 )
 

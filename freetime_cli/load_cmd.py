@@ -148,5 +148,5 @@ def print_summary(summary: LoadSummary) -> None:
     out.print(
         f"{summary.requests} requests ({summary.pages} pages, {summary.reconcile_pages} to "
         f"reconcile), {summary.retries} retries, {summary.rate_limited} rate-limited, "
-        f"{summary.seconds:.1f}s"
+        f"{summary.budget_wait_seconds:.1f}s waited for the key's budget, {summary.seconds:.1f}s"
     )

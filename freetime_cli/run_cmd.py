@@ -409,22 +409,21 @@ def timing_split(report: RunReport, t: Timing) -> dict[str, float]:
     """Wall time in seconds, adding up to the total:
 
     - startup: interpreter start and the CLI's imports, up to this command (Linux only);
-    - prefect start: from the command to the flow body holding the warehouse slot: the
+    - prefect start: from the command to the flow body: the
       embedded sandbox's start (also shown on its own), importing Prefect and the pipelines,
       the temporary API server's boot, creating the flow run;
     - every step of the flow, by name, in the order it ran (load, webhooks, risk, events,
-      report, publish);
+      report, publish, alerts);
     - prefect finish: closing the run (final states, flushing logs) until the call returns
       (stopping the temporary server at exit comes after, uncounted).
     """
-    steps = {k: v for k, v in report.timings.items() if k != "slot"}
-    slot = report.timings.get("slot", 0.0)
+    steps = report.timings
     split: dict[str, float] = {}
     if t.process is not None:
         split["startup"] = t.command - t.process
-    split["prefect start"] = report.body_started + slot - t.command
+    split["prefect start"] = report.body_started - t.command
     split.update(steps)
-    split["prefect finish"] = t.finished - report.body_started - slot - sum(steps.values())
+    split["prefect finish"] = t.finished - report.body_started - sum(steps.values())
     split["total"] = t.finished - (t.process if t.process is not None else t.command)
     return split
 

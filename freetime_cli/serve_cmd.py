@@ -55,7 +55,7 @@ def local_prefect_server(port: int) -> Iterator[str]:
         yield api_url
         return
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    # Leases on concurrency slots (the warehouse limit, each deployment's limit) live in the
+    # Leases on concurrency slots (each deployment's limit) live in the
     # server's memory by default: a restart while a run holds one would leave the slot taken
     # for good. On disk, the restarted server's repossessor frees them when they expire.
     env.setdefault(

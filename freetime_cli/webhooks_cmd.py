@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -18,6 +18,9 @@ from rich.markup import escape
 from freetime_cli._common import BaseUrlOption, DuckDbOption, console, fail, out, quiet_logging
 from pipelines.config import ApiSettings, ConfigError
 from pipelines.warehouse import WarehouseError
+
+if TYPE_CHECKING:
+    from pipelines.webhooks.applier import Applier
 
 app = typer.Typer(no_args_is_help=True, help="Receive Terminal49 webhooks and apply them.")
 
@@ -59,8 +62,20 @@ def serve(
             "open-file limit is lower).",
         ),
     ] = None,
+    duckdb: DuckDbOption = None,
+    no_apply: Annotated[
+        bool,
+        typer.Option(
+            "--no-apply",
+            help="Only store: leave applying to `webhooks apply` or the sync (a receiver on "
+            "another machine than the warehouse).",
+        ),
+    ] = False,
+    base_url: BaseUrlOption = None,
 ) -> None:
-    """Accept signed notifications (401 bad signature, 400 malformed) into the local inbox.
+    """Accept signed notifications (401 bad signature, 400 malformed) into the local inbox,
+    and apply them to the warehouse within seconds when it knows the warehouse (--duckdb,
+    FREETIME_DUCKDB, or an existing data/freetime.duckdb) unless --no-apply.
 
     Bodies over 10 MiB are refused (413), slow ones cut (408): see docs/webhooks.md.
     """
@@ -69,6 +84,8 @@ def serve(
     from pipelines.webhooks.inbox import Inbox, InboxUnusable, default_inbox_path
     from pipelines.webhooks.receiver import PATH, ReceiverLimits, create_app, uvicorn_config
     from pipelines.webhooks.signing import check_secret
+
+    quiet_logging()
 
     try:
         key = check_secret(secret)
@@ -81,7 +98,12 @@ def serve(
     )
     if max_connections is not None:
         limits = dataclasses.replace(limits, max_connections=max_connections)
-    inbox_path = inbox or default_inbox_path()
+    try:
+        warehouse = None if no_apply else known_warehouse(duckdb)
+        inbox_path = inbox or default_inbox_path(duckdb)
+        api = ApiSettings.resolve(base_url=base_url)
+    except ConfigError as exc:
+        fail(str(exc))
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on accepted sockets whose proto
@@ -93,7 +115,7 @@ def serve(
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     try:
         Inbox(inbox_path).close()  # a folder or a file that is no inbox fails here, not later
-        web = create_app(key, inbox_path, limits)
+        web = create_app(key, inbox_path, limits, _applier(warehouse, inbox_path, api))
     except InboxUnusable as exc:
         fail(str(exc))
     except Exception as exc:  # inbox folder not writable, ...
@@ -102,10 +124,45 @@ def serve(
     shown = f"[{host}]" if ":" in host else host
     print(f"url: http://{shown}:{bound}{PATH}", flush=True)
     print(f"inbox: {inbox_path}", flush=True)
+    print(f"applies to: {warehouse or 'nothing (store only)'}", flush=True)
     config = uvicorn_config(
         web, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5
     )
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def known_warehouse(duckdb: Path | None) -> Path | None:
+    """The warehouse the receiver applies to: ``--duckdb``, else ``FREETIME_DUCKDB``, else the
+    default file when it exists (a receiver that knows no warehouse only stores). ConfigError
+    for a path that cannot be a warehouse."""
+    from pipelines.config import resolve_duckdb_path
+    from pipelines.warehouse import check_usable
+
+    path = resolve_duckdb_path(duckdb)
+    if duckdb is None and not os.environ.get("FREETIME_DUCKDB") and not path.exists():
+        return None
+    check_usable(path)
+    return path
+
+
+def _applier(warehouse: Path | None, inbox: Path, api: ApiSettings) -> Applier | None:
+    """The receiver's applier (see :mod:`pipelines.webhooks.applier`): one line per batch on
+    stderr; containers the notifications do not carry are fetched when a key is set."""
+    if warehouse is None:
+        return None
+    from pipelines.config import working_folder
+    from pipelines.terminal49.client import Terminal49Client
+    from pipelines.webhooks.applier import Applier
+
+    def client() -> Terminal49Client | None:
+        budget = working_folder(warehouse)  # one budget with the warehouse's other writers
+        return Terminal49Client.for_api(api, budget=budget) if api.api_key else None
+
+    def report(line: str) -> None:
+        stamp = time.strftime("%H:%M:%S", time.gmtime())
+        console.print(f"{stamp} {escape(line)}", highlight=False, soft_wrap=True)
+
+    return Applier(warehouse, inbox, client=client, report=report)
 
 
 @app.command("apply")
@@ -121,6 +178,7 @@ def apply(
     base_url: BaseUrlOption = None,
 ) -> None:
     """Apply the inbox's new notifications to the warehouse (idempotent)."""
+    from pipelines.config import resolve_duckdb_path, working_folder
     from pipelines.load import LoadFailed
     from pipelines.terminal49.client import Terminal49Client, Terminal49Error
     from pipelines.webhooks.apply import apply_inbox
@@ -148,7 +206,8 @@ def apply(
             fail(str(exc))
     client = None
     if api.api_key:
-        client = Terminal49Client.for_api(api)
+        budget = working_folder(resolve_duckdb_path(duckdb))  # shared with the other writers
+        client = Terminal49Client.for_api(api, budget=budget)
     elif reconcile:
         fail("--reconcile needs an API key: set TERMINAL49_API_KEY")
     else:
@@ -177,12 +236,17 @@ def start_receiver_process(
     port: int = 0,
     timeout: float = 20.0,
     options: Sequence[str] = (),
+    duckdb: Path | None = None,
+    env: dict[str, str] | None = None,
+    stderr: Any = subprocess.DEVNULL,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``freetime webhooks serve`` as a subprocess (for tests and benchmarks).
 
-    ``options`` are more ``serve`` options (e.g. ``["--request-timeout", "3"]``). Returns the
-    process and the URL it prints, once its ``/healthz`` answers. The caller terminates (or
-    kills) the process.
+    ``duckdb``: the warehouse it applies to (None: store only). ``options`` are more ``serve``
+    options (e.g. ``["--request-timeout", "3"]``), ``env`` more environment variables, ``stderr``
+    where its log lines go (a file object; default nowhere).
+    Returns the process and the URL it prints, once its ``/healthz`` answers. The caller
+    terminates (or kills) the process.
     """
     import httpx
 
@@ -197,11 +261,12 @@ def start_receiver_process(
             str(port),
             "--inbox",
             str(inbox),
+            *(["--duckdb", str(duckdb)] if duckdb else ["--no-apply"]),
             *options,
         ],
-        env={**os.environ, "FREETIME_WEBHOOK_SECRET": secret},
+        env={**os.environ, **(env or {}), "FREETIME_WEBHOOK_SECRET": secret},
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
     )
     assert proc.stdout is not None
     url = proc.stdout.readline().decode().strip().removeprefix("url: ")

@@ -12,7 +12,8 @@ Contract of :func:`run_load`:
   killed leaves the previous warehouse, and the watermark, as they were;
 - a complete full scan removes the containers (with their holds and fees) and shipments the
   API no longer lists; an incremental or failed one removes nothing;
-- one writer at a time: a second load of the same warehouse waits for the first;
+- loads scan side by side (each stages in its own slot, :mod:`pipelines.publish.staging`) and
+  publish one at a time: a load waits for the writer lock only to publish;
 - the API key is passed to the HTTP client only: never to dlt (state, trace), never logged.
 """
 
@@ -34,6 +35,7 @@ from pipelines.config import (
     ApiSettings,
     ConfigError,
     resolve_duckdb_path,
+    working_folder,
 )
 from pipelines.terminal49 import ListSpec, terminal49_source
 from pipelines.terminal49 import settings as t49
@@ -45,7 +47,6 @@ from pipelines.write import (
     LoadFailed,
     ScanInfo,
     write,
-    writer_lock,
 )
 
 PIPELINE_NAME = "freetime_load"
@@ -67,6 +68,8 @@ class LoadSummary:
     skipped: dict[str, int] = field(default_factory=dict)  # the warehouse held newer rows
     removed: dict[str, int] = field(default_factory=dict)  # no longer listed by the API
     requests: int = 0
+    #: seconds the scan waited for the key's budget (shared with the warehouse's other writers)
+    budget_wait_seconds: float = 0.0
     retries: int = 0
     rate_limited: int = 0
     pages: int = 0
@@ -120,48 +123,54 @@ def run_load(
         if on_page:
             on_page(s)
 
-    with writer_lock(path, "load", wait_seconds, on_wait):
-        identity = source_identity(api.base_url)
-        check_source(path, identity, lock_retry_seconds)
-        last = None if full else last_load_started(path, lock_retry_seconds)
-        scan = ScanInfo(kind="full", started_at=dt.datetime.now(dt.UTC))
-        if last is None:
-            lists = full_lists(include_shipments_list)
-            scan.complete_lists = tuple(spec.kind for spec in lists)
-        else:
-            scan.kind = "incremental"
-            scan.window_from = last.date() - dt.timedelta(days=1)
-            lists = incremental_lists(scan.window_from)
-        summary.kind, summary.window_from = scan.kind, scan.window_from
-        client = Terminal49Client.for_api(
-            api,
-            concurrency=concurrency,
-            transport=transport,
-            max_attempts=max_attempts,
-            backoff_base_s=backoff_base_s,
+    identity = source_identity(api.base_url)
+    check_source(path, identity, lock_retry_seconds)
+    last = None if full else last_load_started(path, lock_retry_seconds)
+    scan = ScanInfo(kind="full", started_at=dt.datetime.now(dt.UTC))
+    if last is None:
+        lists = full_lists(include_shipments_list)
+        scan.complete_lists = tuple(spec.kind for spec in lists)
+    else:
+        scan.kind = "incremental"
+        scan.window_from = last.date() - dt.timedelta(days=1)
+        lists = incremental_lists(scan.window_from)
+    summary.kind, summary.window_from = scan.kind, scan.window_from
+    client = Terminal49Client.for_api(
+        api,
+        concurrency=concurrency,
+        transport=transport,
+        max_attempts=max_attempts,
+        backoff_base_s=backoff_base_s,
+        # one budget with the warehouse's other writers; the full scan has the night for it
+        budget=working_folder(path),
+        yield_budget=scan.kind == "full",
+    )
+    try:
+
+        def scan_info() -> pa.Table:
+            scan.api_started_at = client.stats.first_answer_date
+            return scan.table()
+
+        source = terminal49_source(client, lists, on_page=track, scan_info=scan_info)
+        published = write(
+            "load",
+            source,
+            path,
+            lock_retry_seconds=lock_retry_seconds,
+            finish=lambda con: record_source(con, identity),
+            what=f"{scan.kind} load",
+            wait_seconds=wait_seconds,
+            on_wait=on_wait,
         )
-        try:
-
-            def scan_info() -> pa.Table:
-                scan.api_started_at = client.stats.first_answer_date
-                return scan.table()
-
-            source = terminal49_source(client, lists, on_page=track, scan_info=scan_info)
-            published = write(
-                "load",
-                source,
-                path,
-                lock_retry_seconds=lock_retry_seconds,
-                finish=lambda con: record_source(con, identity),
-            )
-        finally:
-            client.close()
+    finally:
+        client.close()
     summary.rows = {t: published.written.get(t, 0) for t in TABLES}
     summary.skipped = published.skipped
     summary.removed = published.removed
     summary.load_id = published.load_ids[-1] if published.load_ids else None
     summary.extract_seconds = published.extract_seconds
     summary.requests = client.stats.requests
+    summary.budget_wait_seconds = client.limiter.waited_s
     summary.request_times = list(client.stats.sent_at)
     summary.retries = client.stats.retries
     summary.rate_limited = client.stats.rate_limited

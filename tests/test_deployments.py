@@ -50,6 +50,17 @@ def test_deployments_load_with_schedules_and_limit() -> None:
         assert not {"api_key", "key"} & set(inspect.signature(spec.load_flow().fn).parameters)
 
 
+def test_one_setting_makes_the_reconciliation_weekly(tmp_path: Path) -> None:
+    nightly = PREFECT_YAML.read_text()
+    assert nightly.count('cron: "30 2 * * *"') == 1  # the one setting, in `definitions`
+    weekly = tmp_path / "prefect.yaml"
+    weekly.write_text(nightly.replace('cron: "30 2 * * *"', 'cron: "30 2 * * 0"'))
+    specs = {s.name: s for s in read_deployments(weekly)}
+    assert [s.cron for s in specs["freetime-reconcile"].schedules] == ["30 2 * * 0"]
+    assert [s.cron for s in specs["freetime-sync"].schedules] == ["0 * * * *"]
+    assert [s.timezone for s in specs["freetime-reconcile"].schedules] == ["UTC"]
+
+
 @pytest.mark.parametrize(
     "body, message",
     [

@@ -106,7 +106,7 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_goes_through(tmp_path: Pa
     """Ctrl+C in a terminal reaches the whole process group (the command, Prefect's temporary
     server, the embedded sandbox): one line, exit 130, nothing left running; the next run in
     the same folder (same Prefect database, same warehouse) is not blocked by the one
-    interrupted while it held the warehouse slot."""
+    interrupted while it was loading."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "freetime_cli.main", "run", "--as-of", AS_OF],
         cwd=tmp_path,
@@ -118,7 +118,7 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_goes_through(tmp_path: Pa
     )
     warehouse = tmp_path / "data" / "freetime.duckdb"
     try:
-        # The flow creates the warehouse once it holds the warehouse slot.
+        # The flow creates the warehouse once its load starts writing.
         deadline = time.monotonic() + 240
         while not warehouse.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)

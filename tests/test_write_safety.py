@@ -132,7 +132,7 @@ def test_a_kill_at_any_moment_of_the_write_leaves_old_or_new_tables(tmp_path: Pa
         assert "old" in outcomes, outcomes  # the kills did land inside the write
 
 
-def test_two_loads_at_once_serialise_and_never_report_what_they_did_not_write(
+def test_two_loads_at_once_publish_in_turn_and_never_report_what_they_did_not_write(
     tmp_path: Path,
 ) -> None:
     with SandboxProcess(containers=600, seed=9, clock=CLOCK) as sb:
@@ -150,13 +150,11 @@ def test_two_loads_at_once_serialise_and_never_report_what_they_did_not_write(
         assert lines[-1].startswith("error: the warehouse is being written by the load (pid "), err
         assert "was not free after 2s" in lines[-1]
         assert not db.exists() or "containers" not in _dump(db) or not _dump(db)["containers"]
-        # two real loads at once: the second waits for the first, then both write everything
+        # two real loads at once: they scan side by side and publish in turn
         first = _cli(*args, env=env)
         second = _cli(*args, env=env)
         results = [p.communicate(timeout=300) for p in (first, second)]
         assert [p.returncode for p in (first, second)] == [0, 0], results
-        waited = [err for _, err in results if "waiting for the load (pid " in err]
-        assert len(waited) <= 1
         truth = sb.ground_truth()
         with duckdb.connect(str(db), read_only=True) as con:
             ids = [r[0] for r in con.execute("SELECT id FROM terminal49.containers").fetchall()]
@@ -165,8 +163,15 @@ def test_two_loads_at_once_serialise_and_never_report_what_they_did_not_write(
             ).fetchall()
         assert sorted(ids) == sorted(c["id"] for c in truth["containers"])
         assert len(loads) == 2
-        for out, _ in results:  # each summary counts the containers it wrote
-            assert re.search(rf"containers\s+│\s+{len(truth['containers'])}\s", out), out
+        # the first to publish wrote every container; the other only those it fetched later
+        written = [_containers_written(out) for out, _ in results]
+        assert max(written) == len(truth["containers"]), written
+
+
+def _containers_written(out: str) -> int:
+    found = re.search(r"containers\s+│\s+(\d+)\s", out)
+    assert found, out
+    return int(found.group(1))
 
 
 def _older_notification(nid: str, container: dict[str, Any], created: str) -> bytes:

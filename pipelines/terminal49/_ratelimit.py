@@ -1,11 +1,19 @@
-"""Client-side pacing under a rolling-window rate limit."""
+"""Client-side pacing under a rolling-window rate limit: per client, or shared by every
+process on the machine that uses one key (:class:`SharedWindowLimiter`)."""
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 
 class RollingWindowLimiter:
@@ -30,7 +38,11 @@ class RollingWindowLimiter:
         self._lock = threading.Lock()
         self._clock = clock
         self._sleep = sleep
+        #: seconds during which at least one sender waited (wall time, not summed per thread)
         self.waited_s = 0.0
+        self._waiters = 0
+        self._wait_since = 0.0
+        self._wait_guard = threading.Lock()
 
     def acquire(self) -> None:
         """Block until one more request fits in the window, then record it."""
@@ -45,8 +57,20 @@ class RollingWindowLimiter:
                     self._sent.append(now)
                     return
                 wait = self.window - (now - self._sent[0])
-            self.waited_s += wait
-            self._sleep(max(wait, 0.001))
+            self._wait(max(wait, 0.001))
+
+    def _wait(self, seconds: float) -> None:
+        with self._wait_guard:
+            if self._waiters == 0:
+                self._wait_since = self._clock()
+            self._waiters += 1
+        try:
+            self._sleep(seconds)
+        finally:
+            with self._wait_guard:
+                self._waiters -= 1
+                if self._waiters == 0:
+                    self.waited_s += self._clock() - self._wait_since
 
     def penalise(self, seconds: float) -> None:
         """After a 429, hold every sender back: fill the window as if it were just used up."""
@@ -55,3 +79,98 @@ class RollingWindowLimiter:
         with self._lock:
             until = self._clock() + seconds - self.window
             self._sent = collections.deque([until] * self.limit)
+
+
+class SharedWindowLimiter(RollingWindowLimiter):
+    """The same rolling window, shared by every process on this machine that paces through
+    the file ``path`` (the writers of one warehouse: a full scan, the hourly sync, webhook
+    applies, the events step): together they stay within ``limit`` a window.
+
+    The window's send times live in ``path`` (JSON), read and rewritten under an exclusive
+    ``fcntl`` lock for each acquisition; ``time.monotonic`` is the machine's clock on Linux, so
+    the processes agree on it. A ``yielding`` limiter (the full scan, which has the whole
+    night) always leaves a tenth of the window free, so that another writer's first requests
+    go at once, and a quarter while one of them has sent in the last :data:`URGENT_HOLD_S`
+    seconds: the hourly sync is slowed as little as the budget allows.
+    """
+
+    #: seconds a non-yielding sender is considered active after its latest request
+    URGENT_HOLD_S = 10.0
+
+    def __init__(
+        self,
+        path: Path,
+        limit: int | None,
+        window: float = 60.0,
+        margin: float = 0.5,
+        *,
+        yielding: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        super().__init__(limit, window, margin, clock, sleep)
+        self.path = path
+        self.yielding = yielding
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def _shared(self) -> Iterator[dict[str, Any]]:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = b""
+            while chunk := os.read(fd, 65536):
+                raw += chunk
+            try:
+                state = json.loads(raw) if raw else {}
+            except ValueError:  # a writer killed mid-write: start a fresh window
+                state = {}
+            if not isinstance(state, dict):
+                state = {}
+            yield state
+            data = json.dumps(state).encode()
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.ftruncate(fd, 0)
+            os.write(fd, data)
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def acquire(self) -> None:
+        """Block until one more request fits in the shared window, then record it."""
+        if not self.limit:
+            return
+        while True:
+            with self._lock, self._shared() as state:
+                now = self._clock()
+                sent = [t for t in state.get("sent", []) if now - t < self.window]
+                urgent = float(state.get("urgent_until", 0.0)) > now
+                room = self.limit
+                if self.yielding:  # a tenth always free, so another writer starts at once
+                    room -= self.limit // 4 if urgent else self.limit // 10
+                if len(sent) < room:
+                    sent.append(now)
+                    state["sent"] = sent
+                    if not self.yielding:
+                        state["urgent_until"] = now + self.URGENT_HOLD_S
+                    return
+                state["sent"] = sent
+                oldest = sorted(sent)[len(sent) - room] if room > 0 else now
+                wait = max(self.window - (now - oldest), 0.05)
+                if self.yielding and urgent:
+                    wait = min(wait, float(state["urgent_until"]) - now + 0.05)
+            self._wait(max(wait, 0.001))
+
+    def penalise(self, seconds: float) -> None:
+        """After a 429, hold every sender of every process back for ``seconds``."""
+        if not self.limit:
+            return
+        with self._lock, self._shared() as state:
+            until = self._clock() + seconds - self.window
+            state["sent"] = [until] * self.limit
+
+
+def budget_file(folder: Path, base_url: str, api_key: str) -> Path:
+    """The shared window of one API key (at one base URL) in ``folder``: the file is named
+    by a digest, never by the key."""
+    digest = hashlib.sha256(f"{base_url.rstrip('/')}\n{api_key}".encode()).hexdigest()[:16]
+    return folder / f"budget-{digest}.json"

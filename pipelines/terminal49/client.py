@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -40,7 +41,11 @@ import orjson
 
 from pipelines.config import DEFAULT_STALL_SECONDS, ApiSettings
 from pipelines.terminal49 import settings
-from pipelines.terminal49._ratelimit import RollingWindowLimiter
+from pipelines.terminal49._ratelimit import (
+    RollingWindowLimiter,
+    SharedWindowLimiter,
+    budget_file,
+)
 
 log = logging.getLogger("freetime.client")
 T = TypeVar("T")
@@ -218,7 +223,12 @@ class Terminal49Client:
         backoff_base_s: float = settings.BACKOFF_BASE_S,
         stall_seconds: float = DEFAULT_STALL_SECONDS,
         sleep: Callable[[float], None] | None = None,
+        budget: Path | None = None,
+        yield_budget: bool = False,
     ) -> None:
+        """``budget``: a folder where the key's request window is shared with the other
+        processes pacing there (:class:`~._ratelimit.SharedWindowLimiter`; None: this client
+        paces alone); ``yield_budget``: leave part of it to them (the full scan)."""
         self.base_url = base_url.rstrip("/")
         self.stall_seconds = stall_seconds
         # a read timeout longer than the stall bound would let one request outwait it
@@ -232,8 +242,19 @@ class Terminal49Client:
         self._sleep = sleep or self._wait
         self.stats = ClientStats()
         limit = int(rate_limit_per_minute) if rate_limit_per_minute else None
-        self.limiter = RollingWindowLimiter(
-            limit, settings.RATE_WINDOW_S, settings.RATE_WINDOW_MARGIN_S, sleep=self._sleep
+        self.limiter = (
+            SharedWindowLimiter(
+                budget_file(budget, base_url, api_key),
+                limit,
+                settings.RATE_WINDOW_S,
+                settings.RATE_WINDOW_MARGIN_S,
+                yielding=yield_budget,
+                sleep=self._sleep,
+            )
+            if budget is not None
+            else RollingWindowLimiter(
+                limit, settings.RATE_WINDOW_S, settings.RATE_WINDOW_MARGIN_S, sleep=self._sleep
+            )
         )
         self._http = httpx.Client(
             base_url=self.base_url,

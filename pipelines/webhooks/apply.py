@@ -25,8 +25,9 @@ Contract of :func:`apply_inbox`:
   its transaction, so a late or replayed notification never overwrites a newer row, even when a
   load runs at the same time; such records are counted as skipped.
 
-The warehouse is written through :mod:`pipelines.write` (writer ``webhooks``), which waits for
-any other writer of the warehouse. The inbox is never locked for long: the receiver keeps
+The warehouse is written through :mod:`pipelines.write` (writer ``webhooks``), which holds the
+writer lock only to publish each batch. One applier works on an inbox at a time
+(:meth:`Inbox.applying`), and the inbox is never locked for long: the receiver keeps
 accepting while this runs.
 """
 
@@ -64,7 +65,7 @@ from pipelines.webhooks.inbox import (
     default_inbox_path,
     notification_from_doc,
 )
-from pipelines.write import MERGES, Published, write, writer_lock
+from pipelines.write import MERGES, WriteSummary, write
 
 log = logging.getLogger("freetime.webhooks")
 
@@ -438,14 +439,17 @@ def _tables_source(tables: dict[str, pa.Table]) -> list[DltResource]:
 
 def write_tables(
     duckdb_path: Path, tables: dict[str, pa.Table], lock_retry_seconds: float = 30.0
-) -> Published:
+) -> WriteSummary:
     """Merge ``tables`` into the warehouse (see :func:`pipelines.write.write`)."""
     if not tables:
-        return Published()
-    with writer_lock(duckdb_path, "webhook apply"):
-        return write(
-            "webhooks", _tables_source(tables), duckdb_path, lock_retry_seconds=lock_retry_seconds
-        )
+        return WriteSummary()
+    return write(
+        "webhooks",
+        _tables_source(tables),
+        duckdb_path,
+        lock_retry_seconds=lock_retry_seconds,
+        what="webhook apply",
+    )
 
 
 def _refresh(
@@ -503,8 +507,11 @@ def apply_inbox(
     stamp: Stamp = "created_at",
     lock_retry_seconds: float = 30.0,
     keep_days: float = KEEP_APPLIED_DAYS,
+    max_batches: int | None = None,
 ) -> ApplySummary:
-    """Apply every pending inbox notification to the warehouse; see the module docstring.
+    """Apply every pending inbox notification to the warehouse (at most ``max_batches``
+    batches of ``batch_size``: the receiver's applier takes one small batch at a time); see
+    the module docstring.
 
     ``client`` (optional) refreshes containers the payloads do not carry and, with
     ``reconcile=True``, first pulls notifications the receiver never got from
@@ -516,16 +523,18 @@ def apply_inbox(
     path = resolve_duckdb_path(duckdb_path)
     ipath = Path(inbox_path) if inbox_path else default_inbox_path(path)
     summary = ApplySummary(duckdb_path=path, inbox_path=ipath)
-    with writer_lock(path, "webhook apply"), Inbox(ipath) as inbox:
+    with Inbox(ipath) as inbox, inbox.applying():
         if reconcile:
             if client is None:
                 raise ValueError("reconcile needs an API client")
             summary.reconciled = reconcile_inbox(inbox, client, max_pages=reconcile_max_pages)
         done: set[str] = set()
-        while True:
+        batches = 0
+        while max_batches is None or batches < max_batches:
             rows = [r for r in inbox.pending(batch_size) if r.id not in done]
             if not rows:
                 break
+            batches += 1
             _apply_rows(rows, inbox, path, client, stamp, lock_retry_seconds, summary)
             done.update(r.id for r in rows)
         summary.pending = inbox.counts()["pending"]

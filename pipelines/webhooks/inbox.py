@@ -16,12 +16,14 @@ notifications), which is what lets one receiver acknowledge hundreds per second.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,6 +167,18 @@ class Inbox:
     def close(self) -> None:
         self._con.close()
 
+    @contextlib.contextmanager
+    def applying(self) -> Iterator[None]:
+        """Be the one applier of this inbox for the block (the receiver's, ``webhooks apply``,
+        the sync flow's step): another waits its turn, then finds applied what was. An advisory
+        lock on ``<inbox>.apply.lock``, released if the process dies."""
+        fd = os.open(f"{self.path}.apply.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
     def __enter__(self) -> Inbox:
         return self
 
@@ -277,6 +291,13 @@ class Inbox:
         )
         return cur.rowcount
 
+    def backlog(self) -> tuple[int, str | None]:
+        """The notifications not applied yet, and when the oldest of them was received."""
+        count, oldest = self._con.execute(
+            "SELECT count(*), min(received_at) FROM notifications WHERE applied_at IS NULL"
+        ).fetchone()
+        return int(count), oldest
+
     def counts(self) -> dict[str, int]:
         total, pending, deliveries = self._con.execute(
             "SELECT count(*), count(*) FILTER (WHERE applied_at IS NULL), "
@@ -298,9 +319,18 @@ class GroupCommitter:
     that arrived while the previous transaction was being written.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, max_batch: int = 512) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_batch: int = 512,
+        on_commit: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_commit`` is called (from the writer thread) after each committed transaction
+        that stored a new notification: the receiver's applier wakes on it."""
         self.path = Path(path)
         self.max_batch = max_batch
+        self.on_commit = on_commit
         self._queue: queue.Queue[tuple[Notification, Callable[[bool | BaseException], None]] | None]
         self._queue = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -368,3 +398,5 @@ class GroupCommitter:
             results = [exc] * len(batch)
         for (_, done), result in zip(batch, results, strict=True):
             done(result)
+        if self.on_commit is not None and any(r is True for r in results):
+            self.on_commit()

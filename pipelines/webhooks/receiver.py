@@ -19,14 +19,17 @@ Under uvicorn with :func:`uvicorn_config`, a connection must also deliver a comp
 head within ``head_timeout_s`` (else it is closed), and at most ``max_connections`` are served
 at once (requests beyond are answered 503, which the sender retries).
 
-The receiver never opens the DuckDB warehouse, so it keeps accepting while a load holds it.
-``GET /healthz`` reports counters.
+Storing never waits for the DuckDB warehouse, so the receiver keeps accepting while a load
+holds it. Given an :class:`~.applier.Applier`, the receiver also applies what it stores within
+seconds, in a thread of its own. ``GET /healthz`` reports counters, the inbox's backlog (and
+the age of its oldest unapplied notification) and the applier's state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
@@ -42,9 +45,11 @@ from starlette.routing import Route
 from starlette.types import Receive
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from pipelines.webhooks.applier import Applier
 from pipelines.webhooks.inbox import (
     MAX_BODY_BYTES,
     GroupCommitter,
+    Inbox,
     MalformedNotification,
     parse_notification,
 )
@@ -179,15 +184,19 @@ def _too_large(limits: ReceiverLimits) -> Response:
 
 
 def create_app(
-    secret: str | bytes, inbox_path: str | os.PathLike[str], limits: ReceiverLimits | None = None
+    secret: str | bytes,
+    inbox_path: str | os.PathLike[str],
+    limits: ReceiverLimits | None = None,
+    applier: Applier | None = None,
 ) -> Starlette:
-    """The ASGI app; the inbox writer thread starts and stops with the app's lifespan.
+    """The ASGI app; the inbox writer thread (and the ``applier``'s, when given: see
+    :mod:`.applier`) starts and stops with the app's lifespan.
 
     ValueError when ``secret`` is empty or only whitespace.
     """
     key = check_secret(secret)
     limits = limits or ReceiverLimits()
-    committer = GroupCommitter(inbox_path)
+    committer = GroupCommitter(inbox_path, on_commit=applier.wake if applier else None)
     stats = ReceiverStats()
 
     async def receive(request: Request) -> Response:
@@ -240,15 +249,31 @@ def create_app(
             stats.duplicates += 1
         return _json({"id": notification.id, "stored": new}, 200)
 
+    def backlog() -> dict[str, Any]:
+        with Inbox(inbox_path) as inbox:
+            count, oldest = inbox.backlog()
+        age = None
+        if oldest is not None:
+            received = dt.datetime.fromisoformat(oldest)
+            age = round((dt.datetime.now(dt.UTC) - received).total_seconds(), 3)
+        return {"backlog": count, "oldest_unapplied_age_s": age}
+
     async def healthz(request: Request) -> Response:
-        return _json({"ok": True, **asdict(stats), "commits": committer.commits}, 200)
+        body: dict[str, Any] = {"ok": True, **asdict(stats), "commits": committer.commits}
+        body.update(await asyncio.to_thread(backlog))  # a read of the inbox, off the loop
+        body["applier"] = applier.state() if applier else None
+        return _json(body, 200)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         committer.start()
+        if applier is not None:
+            applier.start()
         try:
             yield
         finally:
+            if applier is not None:
+                applier.stop()
             committer.stop()
 
     app = Starlette(

@@ -1,0 +1,82 @@
+"""One budget for the key: writers of a warehouse pace through one shared window.
+
+- two full loads at once, as separate processes, against a sandbox that allows 100 requests a
+  minute, draw no 429 between them, and say how long they waited for the budget;
+- the shared window itself: processes together never exceed the limit, and a yielding sender
+  (the full scan) leaves room to the others.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.terminal49._ratelimit import SharedWindowLimiter, budget_file
+from sandbox.process import SandboxProcess
+from tests.test_load_sandbox import assert_equals_ground_truth
+
+REPO = Path(__file__).resolve().parents[1]
+CLOCK = "2026-11-20T12:00:00Z"
+
+
+def test_two_loads_at_once_against_100_a_minute_draw_no_429(tmp_path: Path) -> None:
+    with SandboxProcess(containers=2500, seed=41, clock=CLOCK, rate_limit=100) as sb:
+        db = tmp_path / "w.duckdb"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TERMINAL49_")}
+        env["TERMINAL49_API_KEY"] = sb.api_key
+        args = [sys.executable, "-m", "freetime_cli.main", "load", "--full"]
+        args += ["--duckdb", str(db), "--base-url", sb.base_url]
+        procs = [
+            subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
+        outs = [p.communicate(timeout=600)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+        stats = sb.stats()
+        assert stats["requests"] > 100  # together they needed more than a minute's budget
+        assert "429" not in stats["by_status"], stats
+        # "..., 12.3s waited for the key's budget, 70.1s" (the console may wrap the line)
+        said = r"([\d.]+)s\s+waited\s+for\s+the\s+key's\s+budget,\s+([\d.]+)s"
+        found = [re.search(said, o) for o in outs]
+        assert all(found), outs
+        waited = [(float(m[1]), float(m[2])) for m in found if m]
+        assert max(w for w, _ in waited) > 10, outs  # one of them waited for the other's share
+        assert all(w <= total for w, total in waited), outs  # wall time, not thread-seconds
+        assert_equals_ground_truth(db, sb.ground_truth())
+
+
+@pytest.mark.fast
+def test_a_shared_window_holds_every_sender_and_the_full_scan_yields(tmp_path: Path) -> None:
+    now = [1000.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    path = budget_file(tmp_path, "http://api/v2", "secret-key")
+    assert "secret-key" not in path.name
+
+    def limiter(yielding: bool) -> SharedWindowLimiter:
+        return SharedWindowLimiter(
+            path, 8, 60.0, 0.0, yielding=yielding, clock=lambda: now[0], sleep=sleep
+        )
+
+    scan, sync = limiter(True), limiter(False)
+    for _ in range(6):  # alone, the full scan may use the whole window
+        scan.acquire()
+    assert slept == []
+    sync.acquire()  # the sync sends: for a while the scan keeps a quarter free for it
+    scan.acquire()  # 7 > 8 - 8 // 4: the scan waits until the sync has been quiet 10 s
+    assert scan.waited_s == pytest.approx(10.05, abs=0.01)
+    sync.acquire()
+    sync.acquire()  # the window is full (8): the sync waits for the first sends to expire
+    assert sync.waited_s > 0
+    sent = json.loads(path.read_text())["sent"]
+    assert all(len([u for u in sent if t - 60 < u <= t]) <= 8 for t in sent)
