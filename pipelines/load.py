@@ -33,7 +33,8 @@ from pipelines.config import (
     DATASET,
     ApiSettings,
     ConfigError,
-    resolve_duckdb_path,
+    Warehouse,
+    resolve_warehouse,
 )
 from pipelines.terminal49 import ListSpec, terminal49_source
 from pipelines.terminal49 import settings as t49
@@ -43,6 +44,7 @@ from pipelines.warehouse import reading, table_names
 from pipelines.write import (
     LOADS_TABLE,
     LoadFailed,
+    Published,
     ScanInfo,
     write,
     writer_lock,
@@ -60,6 +62,8 @@ class LoadSummary:
     """What one load did."""
 
     duckdb_path: Path
+    #: where the load went, to show (a PostgreSQL URL with its password masked)
+    warehouse: str | None = None
     kind: str = "full"  # or "incremental"
     #: incremental: the first UTC date whose changes were asked for
     window_from: dt.date | None = None
@@ -88,7 +92,7 @@ class LoadSummary:
 
 
 def run_load(
-    duckdb_path: str | os.PathLike[str] | None = None,
+    duckdb_path: str | os.PathLike[str] | Warehouse | None = None,
     api: ApiSettings | None = None,
     *,
     full: bool | None = None,
@@ -103,14 +107,37 @@ def run_load(
     wait_seconds: float | None = None,
 ) -> LoadSummary:
     """Scan the account (``full``: True, False, or None to decide from the warehouse) and
-    write it. Raises ConfigError, LoadFailed, WarehouseLocked or WriterBusy."""
+    write it. ``duckdb_path``: a DuckDB path, a ``postgresql://`` URL or a
+    :class:`~pipelines.config.Warehouse` (default: ``FREETIME_WAREHOUSE``, see
+    :func:`~pipelines.config.resolve_warehouse`). Raises ConfigError, LoadFailed,
+    WarehouseError (WarehouseLocked, WriterBusy)."""
     api = api or ApiSettings.resolve()
     if not api.api_key:
         raise ConfigError(
             "no API key: set TERMINAL49_API_KEY (or sources.terminal49.api_key in "
             ".dlt/secrets.toml), or use --sandbox to load from the local sandbox"
         )
-    path = resolve_duckdb_path(duckdb_path)
+    # --- WAREHOUSE DISPATCH (issue 30): a PostgreSQL warehouse loads through pipelines/pg ---
+    warehouse = resolve_warehouse(duckdb_path)
+    if warehouse.is_postgres:
+        from pipelines.pg.load import run_load as run_load_postgres
+
+        return run_load_postgres(
+            warehouse,
+            api,
+            full=full,
+            concurrency=concurrency,
+            on_page=on_page,
+            on_wait=on_wait,
+            transport=transport,
+            include_shipments_list=include_shipments_list,
+            max_attempts=max_attempts,
+            backoff_base_s=backoff_base_s,
+            wait_seconds=wait_seconds,
+        )
+    assert warehouse.path is not None
+    path = warehouse.path
+    # --- end of the warehouse dispatch ---
     summary = LoadSummary(duckdb_path=path)
     started = time.monotonic()
     stats: dict[str, ScanStats] = {}
@@ -156,6 +183,19 @@ def run_load(
             )
         finally:
             client.close()
+    fill_summary(summary, published, client, stats)
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def fill_summary(
+    summary: LoadSummary,
+    published: Published,
+    client: Terminal49Client,
+    stats: dict[str, ScanStats],
+) -> None:
+    """Fill ``summary`` with what the write published and what the scan asked (on every
+    warehouse)."""
     summary.rows = {t: published.written.get(t, 0) for t in TABLES}
     summary.skipped = published.skipped
     summary.removed = published.removed
@@ -168,8 +208,6 @@ def run_load(
     summary.pages = sum(s.pages for s in stats.values())
     summary.reconcile_pages = sum(s.reconcile_pages for s in stats.values())
     summary.warnings = [w for s in stats.values() for w in s.warnings]
-    summary.seconds = time.monotonic() - started
-    return summary
 
 
 def full_lists(include_shipments_list: bool = True) -> list[ListSpec]:
