@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import httpx
@@ -151,14 +152,7 @@ def run_load(
         identity = source_identity(api.base_url)
         check_source(path, identity, lock_retry_seconds)
         last = None if full else last_load_started(path, lock_retry_seconds)
-        scan = ScanInfo(kind="full", started_at=dt.datetime.now(dt.UTC))
-        if last is None:
-            lists = full_lists(include_shipments_list)
-            scan.complete_lists = tuple(spec.kind for spec in lists)
-        else:
-            scan.kind = "incremental"
-            scan.window_from = last.date() - dt.timedelta(days=1)
-            lists = incremental_lists(scan.window_from)
+        scan, lists = plan_scan(last, include_shipments_list)
         summary.kind, summary.window_from = scan.kind, scan.window_from
         client = Terminal49Client.for_api(
             api,
@@ -168,12 +162,7 @@ def run_load(
             backoff_base_s=backoff_base_s,
         )
         try:
-
-            def scan_info() -> pa.Table:
-                scan.api_started_at = client.stats.first_answer_date
-                return scan.table()
-
-            source = terminal49_source(client, lists, on_page=track, scan_info=scan_info)
+            source = scan_source(client, lists, scan, track)
             published = write(
                 "load",
                 source,
@@ -186,6 +175,38 @@ def run_load(
     fill_summary(summary, published, client, stats)
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def plan_scan(
+    last: dt.datetime | None, include_shipments_list: bool = True
+) -> tuple[ScanInfo, list[ListSpec]]:
+    """What a load scans: everything (``last`` None: no completed load, or ``--full``), else
+    what changed since the UTC date of ``last`` minus one day."""
+    scan = ScanInfo(kind="full", started_at=dt.datetime.now(dt.UTC))
+    if last is None:
+        lists = full_lists(include_shipments_list)
+        scan.complete_lists = tuple(spec.kind for spec in lists)
+    else:
+        scan.kind = "incremental"
+        scan.window_from = last.date() - dt.timedelta(days=1)
+        lists = incremental_lists(scan.window_from)
+    return scan, lists
+
+
+def scan_source(
+    client: Terminal49Client,
+    lists: list[ListSpec],
+    scan: ScanInfo,
+    on_page: Callable[[ScanStats], None],
+) -> Any:
+    """The dlt source scanning ``lists``; its scan record takes the API's clock from the
+    first answer."""
+
+    def scan_info() -> pa.Table:
+        scan.api_started_at = client.stats.first_answer_date
+        return scan.table()
+
+    return terminal49_source(client, lists, on_page=on_page, scan_info=scan_info)
 
 
 def fill_summary(

@@ -132,6 +132,14 @@ def test_a_load_publishes_every_table_with_its_types_history_and_record(
     # nothing staged is left behind: the incoming schema holds no rows once published
     left = _rows(pg_database, "SELECT count(*) FROM _incoming_load.containers")
     assert left == [(0,)]
+    # the password reaches no file of the writers' working folder (dlt's packages and state)
+    password = Warehouse.parse(pg_database).password
+    assert password
+    work = Path(os.environ["FREETIME_WORKDIR"])
+    files = [p for p in work.rglob("*") if p.is_file()]
+    assert files and not [p for p in files if password.encode() in p.read_bytes()]
+    state = _rows(pg_database, "SELECT state FROM _incoming_load._dlt_pipeline_state")
+    assert state and password not in str(state)
 
 
 def test_an_older_record_never_overwrites_a_newer_one(

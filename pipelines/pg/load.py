@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import httpx
-import pyarrow as pa
 from psycopg2.extensions import cursor as Cursor
 
 from pipelines.config import DATASET, ApiSettings, ConfigError, Warehouse
@@ -22,11 +21,10 @@ from pipelines.pg.lock import writer_lock
 from pipelines.pg.publish import table_names
 from pipelines.pg.write import write
 from pipelines.terminal49 import settings as t49
-from pipelines.terminal49 import terminal49_source
 from pipelines.terminal49.client import Terminal49Client
 from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import quote
-from pipelines.write import LOADS_TABLE, ScanInfo, incoming_dataset
+from pipelines.write import LOADS_TABLE, incoming_dataset
 
 if TYPE_CHECKING:
     from pipelines.load import LoadSummary
@@ -52,8 +50,8 @@ def run_load(
         SOURCE_TABLE,
         LoadSummary,
         fill_summary,
-        full_lists,
-        incremental_lists,
+        plan_scan,
+        scan_source,
         source_identity,
     )
 
@@ -72,14 +70,7 @@ def run_load(
         identity = source_identity(api.base_url)
         check_source(warehouse, identity, SOURCE_TABLE)
         last = None if full else last_load_started(warehouse)
-        scan = ScanInfo(kind="full", started_at=dt.datetime.now(dt.UTC))
-        if last is None:
-            lists = full_lists(include_shipments_list)
-            scan.complete_lists = tuple(spec.kind for spec in lists)
-        else:
-            scan.kind = "incremental"
-            scan.window_from = last.date() - dt.timedelta(days=1)
-            lists = incremental_lists(scan.window_from)
+        scan, lists = plan_scan(last, include_shipments_list)
         summary.kind, summary.window_from = scan.kind, scan.window_from
         client = Terminal49Client.for_api(
             api,
@@ -89,12 +80,7 @@ def run_load(
             backoff_base_s=backoff_base_s,
         )
         try:
-
-            def scan_info() -> pa.Table:
-                scan.api_started_at = client.stats.first_answer_date
-                return scan.table()
-
-            source = terminal49_source(client, lists, on_page=track, scan_info=scan_info)
+            source = scan_source(client, lists, scan, track)
             published = write(
                 "load",
                 source,

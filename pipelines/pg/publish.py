@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from psycopg2.extensions import connection as Connection
 from psycopg2.extensions import cursor as Cursor
 
 from pipelines import history
+from pipelines import write as write_module
 from pipelines.config import DATASET
 from pipelines.terminal49.docs import COLUMN_COMMENTS, TABLE_COMMENTS
 from pipelines.warehouse import quote
@@ -130,14 +131,8 @@ def publish(
 
 
 def _ensure_loads_table(cur: Cursor) -> None:
-    cur.execute(
-        f"CREATE TABLE IF NOT EXISTS {quote(DATASET)}.{LOADS_TABLE} ("
-        "load_id VARCHAR NOT NULL, writer VARCHAR NOT NULL, kind VARCHAR, "
-        "scan_started_at TIMESTAMPTZ, api_started_at TIMESTAMPTZ, "
-        "published_at TIMESTAMPTZ NOT NULL, window_from DATE, "
-        "complete BOOLEAN NOT NULL, rows_written BIGINT NOT NULL, rows_skipped BIGINT NOT NULL, "
-        "rows_removed BIGINT NOT NULL)"
-    )
+    # the DuckDB path's statement is plain SQL that PostgreSQL runs as it is
+    write_module._ensure_loads_table(cast(Any, cur))
 
 
 def _publish_load(cur: Cursor, writer: str, load_id: str, out: Published) -> None:
@@ -362,13 +357,7 @@ def text_sql(expr: str, pg_type: str) -> str:
 
 
 def ensure_history(cur: Cursor) -> None:
-    cur.execute(
-        f"CREATE TABLE IF NOT EXISTS {HISTORY} ("
-        "entity VARCHAR NOT NULL, entity_id VARCHAR NOT NULL, field VARCHAR NOT NULL, "
-        "old_value VARCHAR, new_value VARCHAR, observed_at TIMESTAMPTZ NOT NULL, "
-        "fetched_at TIMESTAMPTZ, how VARCHAR NOT NULL, notification_id VARCHAR, "
-        "load_id VARCHAR NOT NULL)"
-    )
+    history.ensure_table(cast(Any, cur))  # plain SQL that PostgreSQL runs as it is
 
 
 def _observed(columns: Mapping[str, str], ctx: history.Context, alias: str = "n") -> str:
