@@ -146,7 +146,24 @@ class Warehouse:
                 f"the warehouse URL {shown} is not a PostgreSQL URL such as "
                 "postgresql://user@host:5432/database (FREETIME_WAREHOUSE or --warehouse)"
             )
+        if parts.password == MASK:
+            return cls("postgres", dsn=_unmasked(parts))
         return cls("postgres", dsn=raw)
+
+
+MASK = "***"
+
+
+def _unmasked(parts: SplitResult) -> str:
+    """A URL whose password was masked (a summary, a flow parameter): the same server, user
+    and database in ``FREETIME_WAREHOUSE`` with its password, else the URL without one (the
+    password then comes from ``PGPASSWORD``, ``~/.pgpass`` or the dlt secret)."""
+    host = parts.netloc.rsplit("@", 1)[-1]
+    bare = parts._replace(netloc=f"{parts.username or ''}@{host}").geturl()
+    configured = os.environ.get("FREETIME_WAREHOUSE", "").strip()
+    if is_postgres_url(configured) and mask_url(configured) == parts.geturl():
+        return configured
+    return bare
 
 
 def mask_url(url: str) -> str:
@@ -157,7 +174,7 @@ def mask_url(url: str) -> str:
         return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
     if parts.password is None:
         return url
-    netloc = f"{parts.username or ''}:***@{parts.netloc.rsplit('@', 1)[-1]}"
+    netloc = f"{parts.username or ''}:{MASK}@{parts.netloc.rsplit('@', 1)[-1]}"
     return SplitResult(parts.scheme, netloc, parts.path, parts.query, parts.fragment).geturl()
 
 

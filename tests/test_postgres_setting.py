@@ -91,3 +91,14 @@ def test_the_writers_working_folder_is_local_and_named_by_the_server(
 
 def test_mask_url_leaves_a_url_without_a_password_as_it_is() -> None:
     assert mask_url("postgresql://team@db/freetime") == "postgresql://team@db/freetime"
+
+
+def test_a_masked_url_takes_its_password_from_the_setting_it_was_shown_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FREETIME_WAREHOUSE", URL)
+    shown = Warehouse.parse(URL).display
+    assert Warehouse.parse(shown).password == "p@ss-Word"
+    # another server's masked URL gets no password of this one (libpq looks elsewhere)
+    other = Warehouse.parse(shown.replace("db.internal", "db.elsewhere"))
+    assert other.password is None and other.dsn == "postgresql://team@db.elsewhere:6543/freetime"
