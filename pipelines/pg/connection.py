@@ -113,9 +113,11 @@ def dsn_with_password(warehouse: Warehouse) -> str:
 
 
 @contextlib.contextmanager
-def connection(warehouse: Warehouse, *, autocommit: bool = False) -> Iterator[Connection]:
+def connection(
+    warehouse: Warehouse, *, autocommit: bool = False, application: str = APPLICATION
+) -> Iterator[Connection]:
     """:func:`connect`, closed on exit."""
-    con = connect(warehouse, autocommit=autocommit)
+    con = connect(warehouse, autocommit=autocommit, application=application)
     try:
         yield con
     finally:

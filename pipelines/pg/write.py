@@ -92,7 +92,8 @@ def write(
     except PipelineStepFailed as exc:
         message = masked(describe(root_cause(exc), exc.step), warehouse)
         raise LoadFailed(message + "; the scanned data is kept for the next run") from None
-    with connection(warehouse) as con:
+    # named, so that an operator (and a test) sees the publish in pg_stat_activity
+    with connection(warehouse, application=f"freetime publish {writer}") as con:
         try:
             published = publish(con, writer, finish)
         except psycopg2.Error as exc:
