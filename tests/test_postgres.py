@@ -375,6 +375,8 @@ def test_risk_on_a_wrong_password_is_one_line(postgres_server: PostgresServer) -
     assert SECRET not in done.stdout + done.stderr and "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "password authentication failed" in lines[0]
+    assert lines[0].startswith("error: cannot connect to the warehouse postgresql://postgres:***@")
+    assert "[libpq]" not in lines[0]
 
 
 # --- where the password comes from ----------------------------------------------------------------

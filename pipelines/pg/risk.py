@@ -57,7 +57,8 @@ def adbc_connection(warehouse: Warehouse) -> Iterator[Any]:
     try:
         con = adbc.connect(dsn_with_password(warehouse))
     except adbc_driver_manager.Error as exc:
-        text = " ".join(str(exc).split())
+        # the driver prefixes libpq's own message: keep libpq's, as psycopg2 gives it
+        text = " ".join(str(exc).split()).removeprefix("IO: [libpq] Failed to connect: ")
         raise WarehouseUnusable(
             f"cannot connect to the warehouse {warehouse.display}: {masked(text, warehouse)}"
         ) from None
