@@ -5,7 +5,9 @@
     python3 quickstart.py test    # the whole test suite
 
 It installs uv with pip when missing, lets uv create `.venv` from `uv.lock`, then runs
-`freetime run` or `pytest` inside it. Extra arguments are passed through.
+`freetime run` or `pytest` inside it. Extra arguments are passed through. Before the tests,
+a machine without a PostgreSQL server gets Debian's (`apt-get install postgresql`, as root):
+the tests start and stop their own server (tests/pg.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,28 @@ def uv_command() -> list[str]:
     return [sys.executable, "-m", "uv"]
 
 
+def ensure_postgres_server() -> None:
+    """Install Debian's PostgreSQL server when none is found and this is root with apt-get
+    (the tests run it as the ``postgres`` user in a temporary folder: nothing is started
+    here). Elsewhere, say that the PostgreSQL tests cannot run."""
+    sys.path.insert(0, str(ROOT))
+    from tests.pg import server_bin_dir  # stdlib only: runs before the virtualenv exists
+
+    if server_bin_dir() is not None:
+        return
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+        print("quickstart: installing PostgreSQL for the tests (apt-get)…", file=sys.stderr)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for step in (["update", "-qq"], ["install", "-y", "-qq", "postgresql"]):
+            subprocess.run(["apt-get", *step], env=env, stdout=subprocess.DEVNULL, check=False)
+    if server_bin_dir() is None:
+        print(
+            "quickstart: no PostgreSQL server (initdb, pg_ctl) found: the postgres tests "
+            "skip (fail under CI=true); install postgresql or set FREETIME_PG_BIN",
+            file=sys.stderr,
+        )
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"run", "test"}:
         print(__doc__.strip(), file=sys.stderr)
@@ -41,6 +65,8 @@ def main(argv: list[str]) -> int:
     what, rest = argv[0], argv[1:]
     uv = uv_command()
     os.chdir(ROOT)
+    if what == "test":
+        ensure_postgres_server()
     synced = subprocess.run([*uv, "sync", "--locked", "--quiet", "--compile-bytecode"])
     if synced.returncode != 0:
         return synced.returncode

@@ -18,6 +18,15 @@ DuckDbOption = Annotated[
     Path | None,
     typer.Option(help="Warehouse file (env FREETIME_DUCKDB; default data/freetime.duckdb)."),
 ]
+#: ``--warehouse``: a DuckDB path or a ``postgresql://`` URL (see docs/postgres.md).
+WarehouseOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Warehouse: a DuckDB file or a postgresql://user@host/db URL "
+        "(env FREETIME_WAREHOUSE; the password is never shown).",
+        show_default=False,
+    ),
+]
 BaseUrlOption = Annotated[
     str | None, typer.Option(help="API base URL ending in /v2 (env TERMINAL49_BASE_URL).")
 ]

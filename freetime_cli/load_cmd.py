@@ -15,6 +15,7 @@ from rich.text import Text
 from freetime_cli._common import (
     BaseUrlOption,
     DuckDbOption,
+    WarehouseOption,
     console,
     embedded_sandbox,
     fail,
@@ -24,8 +25,9 @@ from freetime_cli._common import (
 from pipelines.config import (
     ApiSettings,
     ConfigError,
-    resolve_duckdb_path,
+    Warehouse,
     resolve_rate_limit,
+    resolve_warehouse,
     resolve_writer_wait,
 )
 from pipelines.warehouse import WarehouseError, check_usable
@@ -37,6 +39,7 @@ if TYPE_CHECKING:  # dlt takes a second to import: only the command itself pays 
 
 def load(
     duckdb: DuckDbOption = None,
+    warehouse: WarehouseOption = None,
     base_url: BaseUrlOption = None,
     sandbox: Annotated[
         bool, typer.Option("--sandbox", help="Start the local sandbox and load from it.")
@@ -70,8 +73,11 @@ def load(
     quiet_logging()
     if sandbox and base_url:
         fail("--sandbox loads from the local sandbox; drop --base-url (or drop --sandbox)")
+    if duckdb and warehouse:
+        fail("give the warehouse once: --warehouse or --duckdb, not both")
     try:
-        check_usable(resolve_duckdb_path(duckdb))  # a bad path or rate fails before the sandbox
+        target = resolve_warehouse(warehouse or duckdb)
+        check_writer(target)  # a bad warehouse or rate fails before the sandbox starts
         rate_limit = resolve_rate_limit(rate_limit)
         wait = resolve_writer_wait(wait)
         with contextlib.ExitStack() as stack:
@@ -83,7 +89,7 @@ def load(
                 )
             else:
                 api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit)
-            summary = load_with_progress(duckdb, api, concurrency, full or None, wait)
+            summary = load_with_progress(target, api, concurrency, full or None, wait)
     except (ConfigError, LoadFailed, WarehouseError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -91,8 +97,21 @@ def load(
     print_summary(summary)
 
 
+def check_writer(target: Warehouse) -> None:
+    """What a writer checks before it starts: the DuckDB file is usable, or the PostgreSQL
+    server answers and lets the role create what the load writes."""
+    if target.path is not None:
+        check_usable(target.path)
+        return
+    from pipelines.config import DATASET
+    from pipelines.pg.connection import check_writable
+    from pipelines.write import incoming_dataset
+
+    check_writable(target, (DATASET, incoming_dataset("load")))
+
+
 def load_with_progress(
-    duckdb: Path | str | None,
+    duckdb: Path | str | Warehouse | None,
     api: ApiSettings,
     concurrency: int = 4,
     full: bool | None = None,
@@ -137,7 +156,8 @@ def print_summary(summary: LoadSummary) -> None:
     for warning in summary.warnings:
         console.print(f"warning: {warning}", highlight=False)
     table = Table(
-        title=f"Loaded into {summary.duckdb_path} ({summary.window_line()})", show_edge=False
+        title=f"Loaded into {summary.warehouse or summary.duckdb_path} ({summary.window_line()})",
+        show_edge=False,
     )
     table.add_column("table")
     table.add_column("rows written", justify="right")

@@ -7,9 +7,11 @@ Precedence for every setting: explicit argument > environment variable > dlt con
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import Literal
+from urllib.parse import SplitResult, unquote, urlsplit
 
 DEFAULT_BASE_URL = "https://api.terminal49.com/v2"
 DEFAULT_DUCKDB_PATH = Path("data") / "freetime.duckdb"
@@ -35,7 +37,11 @@ def _dlt_value(key: str) -> object | None:
 
 
 def default_duckdb_path() -> Path:
-    """The warehouse file: env ``FREETIME_DUCKDB`` or ``data/freetime.duckdb``."""
+    """The warehouse file: env ``FREETIME_WAREHOUSE`` (when it is not a PostgreSQL URL), else
+    ``FREETIME_DUCKDB``, else ``data/freetime.duckdb``."""
+    chosen = os.environ.get("FREETIME_WAREHOUSE", "").strip()
+    if chosen and not is_postgres_url(chosen):
+        return Path(chosen)
     env = os.environ.get("FREETIME_DUCKDB")
     return Path(env) if env else DEFAULT_DUCKDB_PATH
 
@@ -44,14 +50,146 @@ def resolve_duckdb_path(path: str | os.PathLike[str] | None) -> Path:
     """An explicit path wins over the default. Nothing is created here: a writer creates the
     folders (:func:`working_folder`), a reader of a path that does not exist is told so.
 
-    ConfigError when the path is a folder.
+    ConfigError when the path is a folder, or when the warehouse chosen (``path`` or
+    ``FREETIME_WAREHOUSE``) is a PostgreSQL URL: a command that calls this one reads or writes
+    a DuckDB file only (see :func:`resolve_warehouse` for the commands that run on both).
     """
+    chosen = str(path) if path else os.environ.get("FREETIME_WAREHOUSE", "").strip()
+    if is_postgres_url(chosen) or (path and _MANGLED_URL.match(str(path))):
+        raise ConfigError(
+            "this command runs on a DuckDB warehouse only for now; the warehouse chosen "
+            f"({Warehouse.parse(chosen).display if is_postgres_url(chosen) else 'a PostgreSQL URL'}"
+            ") is PostgreSQL. Give --duckdb PATH, or see docs/postgres.md for what runs there"
+        )
     p = Path(path) if path else default_duckdb_path()
     if p.is_dir():
         raise ConfigError(
             f"the warehouse path {p} is a folder; give a DuckDB file, e.g. {p / 'freetime.duckdb'}"
         )
     return p
+
+
+#: ``Path("postgresql://...")`` collapses the double slash: a URL given where a path is typed
+_MANGLED_URL = re.compile(r"^postgres(ql)?:/[^/]")
+_SCHEMES = ("postgresql", "postgres")
+
+
+def is_postgres_url(text: str) -> bool:
+    """Whether ``text`` names a PostgreSQL warehouse (``postgresql://`` or ``postgres://``)."""
+    return text.strip().lower().startswith(tuple(f"{s}://" for s in _SCHEMES))
+
+
+@dataclass(frozen=True)
+class Warehouse:
+    """Where the warehouse lives: a DuckDB file (``path``) or a PostgreSQL database (``dsn``,
+    a ``postgresql://`` URL that may hold a password).
+
+    ``display`` (and ``str``/``repr``) is the form to show: the URL with its password masked.
+    The DSN itself must never be printed or logged.
+    """
+
+    kind: Literal["duckdb", "postgres"]
+    path: Path | None = None
+    dsn: str | None = field(default=None, repr=False)
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.kind == "postgres"
+
+    @property
+    def display(self) -> str:
+        if self.dsn is None:
+            return str(self.path)
+        return mask_url(self.dsn)
+
+    def __str__(self) -> str:
+        return self.display
+
+    def __repr__(self) -> str:
+        return f"Warehouse({self.kind}, {self.display})"
+
+    @property
+    def password(self) -> str | None:
+        """The password the URL holds (None when it holds none)."""
+        parts = urlsplit(self.dsn or "")
+        return unquote(parts.password) if parts.password is not None else None
+
+    def working_folder(self) -> Path:
+        """The local folder of the writers' dlt packages and state: beside a DuckDB file; for
+        PostgreSQL, ``FREETIME_WORKDIR`` (default ``data``)``/.dlt-pipelines/pg-<host>-<port>-
+        <database>``. ConfigError when it cannot be created or written."""
+        if self.path is not None:
+            return working_folder(self.path)
+        parts = urlsplit(self.dsn or "")
+        base = Path(os.environ.get("FREETIME_WORKDIR") or DEFAULT_DUCKDB_PATH.parent)
+        name = f"pg-{parts.hostname or 'local'}-{parts.port or 5432}-{parts.path.lstrip('/')}"
+        return working_folder(base / re.sub(r"[^A-Za-z0-9_-]", "_", name))
+
+    @classmethod
+    def parse(cls, text: str | os.PathLike[str]) -> Warehouse:
+        """A DuckDB path or a ``postgresql://user[:password]@host[:port]/database`` URL.
+        ConfigError (without the password) for a URL that is not one."""
+        raw = str(text).strip()
+        if _MANGLED_URL.match(raw):
+            raw = raw.replace(":/", "://", 1)
+        if not is_postgres_url(raw):
+            return cls("duckdb", path=resolve_duckdb_path(raw))
+        try:
+            parts: SplitResult | None = urlsplit(raw)
+            assert parts is not None
+            parts.port  # noqa: B018 (a port that is not a number raises here)
+        except ValueError:
+            parts = None
+        shown = mask_url(raw)
+        if parts is None or not parts.hostname or not parts.path.strip("/"):
+            raise ConfigError(
+                f"the warehouse URL {shown} is not a PostgreSQL URL such as "
+                "postgresql://user@host:5432/database (FREETIME_WAREHOUSE or --warehouse)"
+            )
+        if parts.password == MASK:
+            return cls("postgres", dsn=_unmasked(parts))
+        return cls("postgres", dsn=raw)
+
+
+MASK = "***"
+
+
+def _unmasked(parts: SplitResult) -> str:
+    """A URL whose password was masked (a summary, a flow parameter): the same server, user
+    and database in ``FREETIME_WAREHOUSE`` with its password, else the URL without one (the
+    password then comes from ``PGPASSWORD``, ``~/.pgpass`` or the dlt secret)."""
+    host = parts.netloc.rsplit("@", 1)[-1]
+    bare = parts._replace(netloc=f"{parts.username or ''}@{host}").geturl()
+    configured = os.environ.get("FREETIME_WAREHOUSE", "").strip()
+    if is_postgres_url(configured) and mask_url(configured) == parts.geturl():
+        return configured
+    return bare
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``: the form to print."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:{MASK}@{parts.netloc.rsplit('@', 1)[-1]}"
+    return SplitResult(parts.scheme, netloc, parts.path, parts.query, parts.fragment).geturl()
+
+
+def resolve_warehouse(value: str | os.PathLike[str] | Warehouse | None = None) -> Warehouse:
+    """The warehouse to use: ``value`` (``--warehouse`` or ``--duckdb``), else env
+    ``FREETIME_WAREHOUSE``, else ``FREETIME_DUCKDB``, else ``data/freetime.duckdb``.
+    ConfigError for a bad URL or a folder."""
+    if isinstance(value, Warehouse):
+        return value
+    if value:
+        return Warehouse.parse(value)
+    env = os.environ.get("FREETIME_WAREHOUSE", "").strip()
+    if env:
+        return Warehouse.parse(env)
+    return Warehouse("duckdb", path=resolve_duckdb_path(None))
 
 
 DEFAULT_WRITER_WAIT_S = 3600.0

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import httpx
@@ -34,7 +35,8 @@ from pipelines.config import (
     DATASET,
     ApiSettings,
     ConfigError,
-    resolve_duckdb_path,
+    Warehouse,
+    resolve_warehouse,
     working_folder,
 )
 from pipelines.terminal49 import ListSpec, terminal49_source
@@ -46,6 +48,7 @@ from pipelines.write import (
     LOADS_TABLE,
     LoadFailed,
     ScanInfo,
+    WriteSummary,
     write,
 )
 
@@ -61,6 +64,8 @@ class LoadSummary:
     """What one load did."""
 
     duckdb_path: Path
+    #: where the load went, to show (a PostgreSQL URL with its password masked)
+    warehouse: str | None = None
     kind: str = "full"  # or "incremental"
     #: incremental: the first UTC date whose changes were asked for
     window_from: dt.date | None = None
@@ -91,7 +96,7 @@ class LoadSummary:
 
 
 def run_load(
-    duckdb_path: str | os.PathLike[str] | None = None,
+    duckdb_path: str | os.PathLike[str] | Warehouse | None = None,
     api: ApiSettings | None = None,
     *,
     full: bool | None = None,
@@ -106,14 +111,37 @@ def run_load(
     wait_seconds: float | None = None,
 ) -> LoadSummary:
     """Scan the account (``full``: True, False, or None to decide from the warehouse) and
-    write it. Raises ConfigError, LoadFailed, WarehouseLocked or WriterBusy."""
+    write it. ``duckdb_path``: a DuckDB path, a ``postgresql://`` URL or a
+    :class:`~pipelines.config.Warehouse` (default: ``FREETIME_WAREHOUSE``, see
+    :func:`~pipelines.config.resolve_warehouse`). Raises ConfigError, LoadFailed,
+    WarehouseError (WarehouseLocked, WriterBusy)."""
     api = api or ApiSettings.resolve()
     if not api.api_key:
         raise ConfigError(
             "no API key: set TERMINAL49_API_KEY (or sources.terminal49.api_key in "
             ".dlt/secrets.toml), or use --sandbox to load from the local sandbox"
         )
-    path = resolve_duckdb_path(duckdb_path)
+    # --- WAREHOUSE DISPATCH (issue 30): a PostgreSQL warehouse loads through pipelines/pg ---
+    warehouse = resolve_warehouse(duckdb_path)
+    if warehouse.is_postgres:
+        from pipelines.pg.load import run_load as run_load_postgres
+
+        return run_load_postgres(
+            warehouse,
+            api,
+            full=full,
+            concurrency=concurrency,
+            on_page=on_page,
+            on_wait=on_wait,
+            transport=transport,
+            include_shipments_list=include_shipments_list,
+            max_attempts=max_attempts,
+            backoff_base_s=backoff_base_s,
+            wait_seconds=wait_seconds,
+        )
+    assert warehouse.path is not None
+    path = warehouse.path
+    # --- end of the warehouse dispatch ---
     summary = LoadSummary(duckdb_path=path)
     started = time.monotonic()
     stats: dict[str, ScanStats] = {}
@@ -126,14 +154,7 @@ def run_load(
     identity = source_identity(api.base_url)
     check_source(path, identity, lock_retry_seconds)
     last = None if full else last_load_started(path, lock_retry_seconds)
-    scan = ScanInfo(kind="full", started_at=dt.datetime.now(dt.UTC))
-    if last is None:
-        lists = full_lists(include_shipments_list)
-        scan.complete_lists = tuple(spec.kind for spec in lists)
-    else:
-        scan.kind = "incremental"
-        scan.window_from = last.date() - dt.timedelta(days=1)
-        lists = incremental_lists(scan.window_from)
+    scan, lists = plan_scan(last, include_shipments_list)
     summary.kind, summary.window_from = scan.kind, scan.window_from
     client = Terminal49Client.for_api(
         api,
@@ -146,12 +167,7 @@ def run_load(
         yield_budget=scan.kind == "full",
     )
     try:
-
-        def scan_info() -> pa.Table:
-            scan.api_started_at = client.stats.first_answer_date
-            return scan.table()
-
-        source = terminal49_source(client, lists, on_page=track, scan_info=scan_info)
+        source = scan_source(client, lists, scan, track)
         published = write(
             "load",
             source,
@@ -164,6 +180,51 @@ def run_load(
         )
     finally:
         client.close()
+    fill_summary(summary, published, client, stats)
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def plan_scan(
+    last: dt.datetime | None, include_shipments_list: bool = True
+) -> tuple[ScanInfo, list[ListSpec]]:
+    """What a load scans: everything (``last`` None: no completed load, or ``--full``), else
+    what changed since the UTC date of ``last`` minus one day."""
+    scan = ScanInfo(kind="full", started_at=dt.datetime.now(dt.UTC))
+    if last is None:
+        lists = full_lists(include_shipments_list)
+        scan.complete_lists = tuple(spec.kind for spec in lists)
+    else:
+        scan.kind = "incremental"
+        scan.window_from = last.date() - dt.timedelta(days=1)
+        lists = incremental_lists(scan.window_from)
+    return scan, lists
+
+
+def scan_source(
+    client: Terminal49Client,
+    lists: list[ListSpec],
+    scan: ScanInfo,
+    on_page: Callable[[ScanStats], None],
+) -> Any:
+    """The dlt source scanning ``lists``; its scan record takes the API's clock from the
+    first answer."""
+
+    def scan_info() -> pa.Table:
+        scan.api_started_at = client.stats.first_answer_date
+        return scan.table()
+
+    return terminal49_source(client, lists, on_page=on_page, scan_info=scan_info)
+
+
+def fill_summary(
+    summary: LoadSummary,
+    published: WriteSummary,
+    client: Terminal49Client,
+    stats: dict[str, ScanStats],
+) -> None:
+    """Fill ``summary`` with what the write published and what the scan asked (on every
+    warehouse)."""
     summary.rows = {t: published.written.get(t, 0) for t in TABLES}
     summary.skipped = published.skipped
     summary.removed = published.removed
@@ -177,8 +238,6 @@ def run_load(
     summary.pages = sum(s.pages for s in stats.values())
     summary.reconcile_pages = sum(s.reconcile_pages for s in stats.values())
     summary.warnings = [w for s in stats.values() for w in s.warnings]
-    summary.seconds = time.monotonic() - started
-    return summary
 
 
 def full_lists(include_shipments_list: bool = True) -> list[ListSpec]:

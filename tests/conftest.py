@@ -271,3 +271,34 @@ def http(sb: Any) -> Iterator[Any]:
 def truth(sb: Any) -> dict[str, Any]:
     """Ground truth at the start (before any test moves the world)."""
     return dict(sb.ground_truth())
+
+
+# ---- a real PostgreSQL server (tests marked ``postgres``) -------------------------------------
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """One PostgreSQL server for the session (tests/pg.py), started here and stopped at the end.
+
+    No server installed: under CI (``CI=true``) the test FAILS (``quickstart.py test`` installs
+    one); elsewhere it skips, saying how to install one.
+    """
+    from tests.pg import running_server, server_bin_dir
+
+    bin_dir = server_bin_dir()
+    if bin_dir is None:
+        message = (
+            "no PostgreSQL server on this machine (initdb, pg_ctl): `python3 quickstart.py test` "
+            "installs Debian's postgresql as root, or set FREETIME_PG_BIN"
+        )
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail(message)
+        pytest.skip(message)
+    with running_server(bin_dir) as server:
+        yield server
+
+
+@pytest.fixture
+def pg_database(postgres_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The URL of a new empty database on the session's server (its superuser's password in
+    it); the writers' local working folder is under ``tmp_path``."""
+    monkeypatch.setenv("FREETIME_WORKDIR", str(tmp_path / "work"))
+    return str(postgres_server.url(postgres_server.create_database()))

@@ -36,7 +36,7 @@ from pipelines.analytics.risk import (
 from pipelines.analytics.tariffs import load_tariffs
 from pipelines.config import ANALYTICS_SCHEMA as A
 from pipelines.config import DATASET as T
-from pipelines.config import resolve_duckdb_path
+from pipelines.config import resolve_duckdb_path, resolve_warehouse
 from pipelines.history import record_binding
 from pipelines.history.views import create_views as create_history_views
 from pipelines.warehouse import WarehouseError, WarehouseMissing, reading, writing
@@ -434,6 +434,13 @@ def publish_risk(
     Raises ``TariffError`` (bad CSV, checked before opening the warehouse), ``WarehouseMissing``
     (no file, or no ``terminal49.containers`` in it) or ``WarehouseLocked``.
     """
+    # --- WAREHOUSE DISPATCH (issue 30): risk on PostgreSQL lives in pipelines/pg/risk.py ---
+    warehouse = resolve_warehouse(duckdb_path)
+    if warehouse.is_postgres:
+        from pipelines.pg.risk import publish_risk as publish_risk_postgres
+
+        return publish_risk_postgres(warehouse, as_of, tariffs_path)
+    # --- end of the warehouse dispatch ---
     started = time.perf_counter()
     tariffs = load_tariffs(tariffs_path)
     as_of = as_of or datetime.now(UTC)
@@ -508,6 +515,13 @@ def publish_risk(
 def at_risk(duckdb_path: str | Path | None, levels: Sequence[str] | None = None) -> pl.DataFrame:
     """Published risk rows at the given levels (default overdue, due_today, imminent),
     most urgent first. Raises ``WarehouseMissing`` if nothing was published yet."""
+    # --- WAREHOUSE DISPATCH (issue 30): risk on PostgreSQL lives in pipelines/pg/risk.py ---
+    warehouse = resolve_warehouse(duckdb_path)
+    if warehouse.is_postgres:
+        from pipelines.pg.risk import at_risk as at_risk_postgres
+
+        return at_risk_postgres(warehouse, levels)
+    # --- end of the warehouse dispatch ---
     lv = list(levels or AT_RISK_LEVELS)
     bad = [x for x in lv if x not in LEVELS]
     if bad:

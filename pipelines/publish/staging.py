@@ -88,16 +88,22 @@ def staging_slot(duckdb_path: Path, writer: str) -> Iterator[str]:
     raise RuntimeError(f"more than {MAX_SLOTS} {writer} writers of {duckdb_path} at once")
 
 
-def make_pipeline(duckdb_path: Path, slot: str) -> dlt.Pipeline:
-    """The dlt pipeline of staging slot ``slot`` ("load", "webhooks", "documents", "load_2"):
-    its own working folder and state beside the warehouse, loading into
-    :func:`incoming_dataset`."""
+def quiet_dlt_and_tag_loads() -> None:
+    """What every writer's dlt pipeline needs, on any warehouse: dlt's log without the noise
+    a user cannot act on, and dlt's load id on every Arrow row."""
     dlt_logger = logging.getLogger("dlt")
     if _DLT_NOISE not in dlt_logger.filters:
         dlt_logger.addFilter(_DLT_NOISE)
     # publish() picks each load's rows by their load id, which dlt adds to Arrow rows only when
     # told so, whatever the project's .dlt/config.toml says
     dlt.config["normalize.parquet_normalizer.add_dlt_load_id"] = True
+
+
+def make_pipeline(duckdb_path: Path, slot: str) -> dlt.Pipeline:
+    """The dlt pipeline of staging slot ``slot`` ("load", "webhooks", "documents", "load_2"):
+    its own working folder and state beside the warehouse, loading into
+    :func:`incoming_dataset`."""
+    quiet_dlt_and_tag_loads()
     credentials = DuckDbCredentials(str(duckdb_path), global_config=WRITER_CONFIG)
     return dlt.pipeline(
         pipeline_name=f"freetime_{slot}",

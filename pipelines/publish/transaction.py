@@ -95,7 +95,7 @@ def publish(
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(DATASET)}")
-        _ensure_loads_table(con)
+        ensure_loads_table(con)
         for load_id in loads:
             _publish_load(con, writer, slot, load_id, out)
             out.load_ids.append(load_id)
@@ -113,7 +113,7 @@ def publish(
     return out
 
 
-def _ensure_loads_table(con: duckdb.DuckDBPyConnection) -> None:
+def ensure_loads_table(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         f"CREATE TABLE IF NOT EXISTS {quote(DATASET)}.{LOADS_TABLE} ("
         "load_id VARCHAR NOT NULL, writer VARCHAR NOT NULL, kind VARCHAR, "
@@ -131,7 +131,7 @@ def _publish_load(
     present = table_names(con, inc)
     scan = _scan_info(con, inc, load_id) if SCAN_TABLE in present else None
     before = (dict(out.written), dict(out.skipped), dict(out.removed))
-    ctx = _history_context(writer, load_id, scan)
+    ctx = history_context(writer, load_id, scan)
     for table, rule in MERGES.items():
         if table in present:
             merge_table(con, inc, table, rule, load_id, out, ctx)
@@ -167,7 +167,7 @@ def _publish_load(
     )
 
 
-def _history_context(writer: str, load_id: str, scan: ScanInfo | None) -> history.Context:
+def history_context(writer: str, load_id: str, scan: ScanInfo | None) -> history.Context:
     """How history records this load: its kind, and the API's clock against ours."""
     if scan is None:
         return history.Context(load_id, "webhook" if writer == "webhooks" else writer)

@@ -1,0 +1,244 @@
+"""Demurrage risk on a PostgreSQL warehouse: :func:`pipelines.analytics.publish_risk`'s contract.
+
+The inputs are read with a columnar driver (ADBC's PostgreSQL driver: ``terminal49`` tables
+straight into Arrow, then polars), the rules are :func:`pipelines.analytics.compute_risk`'s,
+and ``analytics.demurrage_risk`` (with ``demurrage_risk_previous`` and the binding LFD's
+history rows) is published in one PostgreSQL transaction. The new rows go to a temporary
+table by ADBC's bulk ingest (COPY), then replace the published ones by DELETE and INSERT, so
+a reader is never blocked and sees the table before or after the publish, whole (a change of
+the table's columns takes a brief lock instead). The views of ``analytics`` are not created
+on PostgreSQL yet.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipelines.analytics.publish import (
+    URGENCY_ORDER,
+    RiskSummary,
+    WarehouseIncompatible,
+    _check_types,
+)
+from pipelines.analytics.risk import (
+    AT_RISK_LEVELS,
+    LEVELS,
+    SCHEMAS,
+    WarehouseFrames,
+    compute_risk,
+    conform,
+)
+from pipelines.analytics.tariffs import load_tariffs
+from pipelines.config import ANALYTICS_SCHEMA as A
+from pipelines.config import DATASET as T
+from pipelines.config import Warehouse
+from pipelines.history import BINDING_BASIS_FIELD, BINDING_FIELD
+from pipelines.pg.connection import dsn_with_password, masked
+from pipelines.pg.publish import DUCKDB_NAMES, HISTORY, HISTORY_COLUMNS, ensure_history
+from pipelines.warehouse import WarehouseMissing, WarehouseUnusable
+
+RISK, PREVIOUS = "demurrage_risk", "demurrage_risk_previous"
+
+
+@contextmanager
+def adbc_connection(warehouse: Warehouse) -> Iterator[Any]:
+    """An ADBC connection (a transaction until commit), UTC session; WarehouseUnusable with
+    one masked line when it cannot connect."""
+    import adbc_driver_manager
+    import adbc_driver_postgresql.dbapi as adbc
+
+    try:
+        con = adbc.connect(dsn_with_password(warehouse))
+    except adbc_driver_manager.Error as exc:
+        # the driver prefixes libpq's own message: keep libpq's, as psycopg2 gives it
+        text = " ".join(str(exc).split()).removeprefix("IO: [libpq] Failed to connect: ")
+        raise WarehouseUnusable(
+            f"cannot connect to the warehouse {warehouse.display}: {masked(text, warehouse)}"
+        ) from None
+    try:
+        with con.cursor() as cur:
+            cur.execute("SET TIME ZONE 'UTC'")
+        yield con
+    finally:
+        con.close()
+
+
+def _types(cur: Any, schema: str) -> dict[str, dict[str, str]]:
+    """``{table: {column: DuckDB type name}}`` of ``schema``."""
+    cur.execute(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        f"WHERE table_schema = '{schema}' ORDER BY table_name, ordinal_position"
+    )
+    out: dict[str, dict[str, str]] = {}
+    for table, column, typ in cur.fetchall():
+        out.setdefault(table, {})[column] = DUCKDB_NAMES.get(typ, typ.upper())
+    return out
+
+
+def _frame(cur: Any, sql: str) -> pl.DataFrame:
+    cur.execute(sql)
+    df = pl.from_arrow(cur.fetch_arrow_table())
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
+def read_warehouse(cur: Any) -> WarehouseFrames:
+    """:func:`pipelines.analytics.read_warehouse` over ADBC: the needed columns only, in
+    Arrow; WarehouseIncompatible for a column compute_risk cannot read."""
+    have = _types(cur, T)
+    frames: dict[str, pl.LazyFrame] = {}
+    for table, schema in SCHEMAS.items():
+        if table in have:
+            _check_types(table, have[table])
+        cols = [c for c in schema if c in have.get(table, {})]
+        if not cols:
+            frames[table] = conform(None, table)
+            continue
+        listed = ", ".join(f'"{c}"' for c in cols)
+        frames[table] = conform(_frame(cur, f'SELECT {listed} FROM {T}."{table}"').lazy(), table)
+    return WarehouseFrames(**frames)
+
+
+def publish_risk(
+    warehouse: Warehouse,
+    as_of: datetime | None = None,
+    tariffs_path: str | Path | None = None,
+) -> RiskSummary:
+    """Recompute the risk table at ``as_of`` (default now, UTC) and publish it in one
+    transaction. Raises ``TariffError``, ``WarehouseMissing`` (no ``terminal49.containers``),
+    ``WarehouseIncompatible`` or ``WarehouseUnusable``."""
+    started = time.perf_counter()
+    tariffs = load_tariffs(tariffs_path)
+    as_of = as_of or datetime.now(UTC)
+    as_of = (as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)).astimezone(UTC)
+    with adbc_connection(warehouse) as con, con.cursor() as cur:
+        if "containers" not in _types(cur, T):
+            raise WarehouseMissing(
+                f"the warehouse {warehouse.display} has no {T}.containers table: run "
+                "`freetime load` first"
+            )
+        try:
+            df = compute_risk(read_warehouse(cur), as_of, tariffs).collect(engine="in-memory")
+        except pl.exceptions.PolarsError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise WarehouseIncompatible(
+                f"cannot compute risk from {warehouse.display}: {first}"
+            ) from None
+        try:
+            _publish(cur, df, f"risk-{as_of.isoformat()}", as_of)
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+    active = df.filter(pl.col("risk_level") != "done")
+    counts = dict(df.group_by("risk_level").len().iter_rows())
+    return RiskSummary(
+        duckdb_path=warehouse.display,
+        as_of=as_of,
+        rows=df.height,
+        seconds=round(time.perf_counter() - started, 3),
+        levels={lv: int(counts.get(lv, 0)) for lv in LEVELS},
+        accrued_demurrage=float(active["accrued_demurrage"].sum() or 0.0),
+        projected_demurrage=float(active["projected_demurrage"].sum() or 0.0),
+        projected_detention=float(df["projected_detention"].sum() or 0.0),
+        uncosted=int((~active["costed"]).sum()),
+    )
+
+
+def _publish(cur: Any, df: pl.DataFrame, run_id: str, as_of: datetime) -> None:
+    """Inside the caller's transaction: the rows of ``df`` replace ``analytics.demurrage_risk``,
+    whose rows replace ``demurrage_risk_previous``; then the binding LFD's history."""
+    cur.execute(f"CREATE SCHEMA IF NOT EXISTS {A}")
+    cur.execute("DROP TABLE IF EXISTS _risk_new")
+    cur.adbc_ingest("_risk_new", df.to_arrow(), mode="create", temporary=True)
+    tables = _columns(cur, A)
+    new = _columns_of_temp(cur)
+    if tables.get(RISK) is not None:
+        if tables.get(PREVIOUS) == tables[RISK]:
+            cur.execute(f"DELETE FROM {A}.{PREVIOUS}")
+            cur.execute(f"INSERT INTO {A}.{PREVIOUS} SELECT * FROM {A}.{RISK}")
+        else:
+            cur.execute(f"DROP TABLE IF EXISTS {A}.{PREVIOUS}")
+            cur.execute(f"CREATE TABLE {A}.{PREVIOUS} AS SELECT * FROM {A}.{RISK}")
+    if tables.get(RISK) == new:
+        cur.execute(f"DELETE FROM {A}.{RISK}")
+        cur.execute(f"INSERT INTO {A}.{RISK} SELECT * FROM _risk_new")
+    else:
+        cur.execute(f"DROP TABLE IF EXISTS {A}.{RISK}")
+        cur.execute(f"CREATE TABLE {A}.{RISK} AS SELECT * FROM _risk_new")
+    cur.execute("DROP TABLE _risk_new")
+    record_binding(cur, run_id, as_of)
+
+
+def _columns(cur: Any, schema: str) -> dict[str, list[tuple[str, str]]]:
+    cur.execute(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        f"WHERE table_schema = '{schema}' ORDER BY table_name, ordinal_position"
+    )
+    out: dict[str, list[tuple[str, str]]] = {}
+    for table, column, typ in cur.fetchall():
+        out.setdefault(table, []).append((column, typ))
+    return out
+
+
+def _columns_of_temp(cur: Any) -> list[tuple[str, str]]:
+    cur.execute(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = pg_my_temp_schema()::regnamespace::text "
+        "AND table_name = '_risk_new' ORDER BY ordinal_position"
+    )
+    return [(c, t) for c, t in cur.fetchall()]
+
+
+def record_binding(cur: Any, run_id: str, observed_at: datetime | None = None) -> None:
+    """:func:`pipelines.history.record_binding` on PostgreSQL: the changes of the binding LFD
+    (``lfd_binding``) and its basis (``binding_basis``) against the last values history
+    holds, ``how`` ``risk``."""
+    ensure_history(cur)
+    cur.execute(
+        f"""
+        INSERT INTO {HISTORY} ({HISTORY_COLUMNS})
+        WITH now AS (
+            SELECT r.container_id AS id, v.field, v.new FROM {A}.{RISK} r
+            CROSS JOIN LATERAL (VALUES
+                ('{BINDING_FIELD}', CAST(CAST(r.lfd_date AS DATE) AS text)),
+                ('{BINDING_BASIS_FIELD}', CAST(r.lfd_source AS text))
+            ) AS v(field, new)
+        ), last AS (
+            SELECT DISTINCT ON (entity_id, field) entity_id AS id, field, new_value AS old
+            FROM {HISTORY} WHERE entity = 'container'
+              AND field IN ('{BINDING_FIELD}', '{BINDING_BASIS_FIELD}')
+            ORDER BY entity_id, field, observed_at DESC
+        )
+        SELECT 'container', now.id, now.field, last.old, now.new,
+               coalesce($1::timestamptz, now()), now(), 'risk', NULL, $2
+        FROM now LEFT JOIN last ON last.id = now.id AND last.field = now.field
+        WHERE last.old IS DISTINCT FROM now.new AND (last.id IS NOT NULL OR now.new IS NOT NULL)
+        """,
+        [observed_at, run_id],
+    )
+
+
+def at_risk(warehouse: Warehouse, levels: Sequence[str] | None = None) -> pl.DataFrame:
+    """:func:`pipelines.analytics.at_risk` on PostgreSQL: published rows at ``levels``, most
+    urgent first; WarehouseMissing before any risk run."""
+    lv = list(levels or AT_RISK_LEVELS)
+    bad = [x for x in lv if x not in LEVELS]
+    if bad:
+        raise ValueError(f"unknown risk level(s) {', '.join(bad)}; use {', '.join(LEVELS)}")
+    with adbc_connection(warehouse) as con, con.cursor() as cur:
+        if RISK not in _columns(cur, A):
+            raise WarehouseMissing(
+                f"no {A}.{RISK} in {warehouse.display}: run `freetime risk` first"
+            )
+        listed = ", ".join("'" + x + "'" for x in lv)  # checked against LEVELS above
+        return _frame(
+            cur, f"SELECT * FROM {A}.{RISK} WHERE risk_level IN ({listed}) {URGENCY_ORDER}"
+        )

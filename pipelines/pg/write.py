@@ -1,0 +1,99 @@
+"""The writers' path on PostgreSQL: dlt stages the load, one transaction publishes it.
+
+The contract of :func:`pipelines.write.write`, with dlt's postgres destination: the source is
+extracted and normalised completely, loaded into the writer's incoming schema
+(``_incoming_<writer>``, where dlt commits each table's job on its own), and only then
+published into ``terminal49`` by :func:`pipelines.pg.publish.publish` in one transaction of
+its own. A failure or a kill before the publish commits changes nothing a reader sees; a load
+dlt completed but that was not published is published by the next run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import dlt
+import psycopg2
+from dlt.pipeline.exceptions import PipelineStepFailed
+from psycopg2.extensions import cursor as Cursor
+
+from pipelines.config import DATASET, Warehouse
+from pipelines.pg.connection import connection, dsn_with_password, masked, one_line
+from pipelines.pg.publish import DUCKDB_NAMES, publish
+from pipelines.publish.errors import LoadFailed, describe, root_cause
+from pipelines.publish.staging import (
+    conform_pages,
+    drop_loaded_packages,
+    incoming_dataset,
+    quiet_dlt_and_tag_loads,
+)
+from pipelines.publish.transaction import WriteSummary
+from pipelines.terminal49.flatten import ColumnTypes
+
+
+def make_pipeline(warehouse: Warehouse, writer: str) -> dlt.Pipeline:
+    """``writer``'s dlt pipeline into the incoming schema of the PostgreSQL warehouse, with
+    its packages and state in the warehouse's local working folder."""
+    quiet_dlt_and_tag_loads()
+    return dlt.pipeline(
+        pipeline_name=f"freetime_{writer}",
+        destination=dlt.destinations.postgres(credentials=dsn_with_password(warehouse)),
+        dataset_name=incoming_dataset(writer),
+        pipelines_dir=str(warehouse.working_folder()),
+    )
+
+
+def warehouse_column_types(warehouse: Warehouse) -> ColumnTypes:
+    """The column types of ``terminal49`` on the server, by their DuckDB names."""
+    with connection(warehouse) as con, con.cursor() as cur:
+        cur.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = %s",
+            [DATASET],
+        )
+        rows = [(t, c, DUCKDB_NAMES.get(typ, typ.upper())) for t, c, typ in cur.fetchall()]
+    return ColumnTypes.from_duckdb(rows)
+
+
+def write(
+    writer: str,
+    source: Any,
+    warehouse: Warehouse,
+    *,
+    finish: Callable[[Cursor], None] | None = None,
+) -> WriteSummary:
+    """Extract ``source``, stage it, then publish it (and any staged load of this writer left
+    unpublished) in one transaction. The caller holds :func:`pipelines.pg.lock.writer_lock`.
+    LoadFailed (the password masked) when a step fails; the warehouse holds what it held."""
+    pipeline = make_pipeline(warehouse, writer)
+    conform_pages(source, warehouse_column_types(warehouse))
+    started = time.monotonic()
+    try:
+        pipeline.extract(source)
+        extract_seconds = time.monotonic() - started
+        pipeline.normalize()
+    except PipelineStepFailed as exc:
+        cause = root_cause(exc)
+        pipeline.abort_packages()  # a partial extraction must never be loaded later
+        if isinstance(cause, KeyboardInterrupt):
+            raise KeyboardInterrupt("the load was interrupted; nothing was written") from None
+        raise LoadFailed(masked(describe(cause, exc.step), warehouse)) from None
+    try:
+        pipeline.load()
+    except PipelineStepFailed as exc:
+        message = masked(describe(root_cause(exc), exc.step), warehouse)
+        raise LoadFailed(message + "; the scanned data is kept for the next run") from None
+    # named, so that an operator (and a test) sees the publish in pg_stat_activity
+    with connection(warehouse, application=f"freetime publish {writer}") as con:
+        try:
+            published = publish(con, writer, finish)
+        except psycopg2.Error as exc:
+            raise LoadFailed(
+                f"the publish into {warehouse.display} failed and changed nothing: "
+                f"{one_line(exc, warehouse)}; the staged load is published by the next run"
+            ) from None
+    drop_loaded_packages(pipeline)
+    published.extract_seconds = extract_seconds
+    return published

@@ -1,0 +1,138 @@
+"""A SIGKILL of the loader at any moment of its publish on PostgreSQL leaves every table
+before or after the load, all together, and the next load completes (the DuckDB test of
+test_write_safety, on a real server)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import pytest
+
+from pipelines.config import ApiSettings
+from pipelines.load import TABLES, run_load
+from sandbox.process import SandboxProcess
+from tests.pg import PostgresServer
+
+pytestmark = pytest.mark.postgres
+
+CLOCK = "2026-11-20T12:00:00Z"
+REPO = Path(__file__).resolve().parents[1]
+PUBLISH = "freetime publish load"
+
+
+def _api(sb: Any) -> ApiSettings:
+    return ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100_000)
+
+
+def _dump(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table's rows, without the columns that differ between two loads of one state."""
+    out = {}
+    con = psycopg2.connect(url)
+    try:
+        with con.cursor() as cur:
+            for table in TABLES:
+                cur.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = "
+                    "'terminal49' AND table_name = %s AND column_name NOT IN "
+                    "('fetched_at', '_dlt_load_id', '_dlt_id') ORDER BY column_name",
+                    [table],
+                )
+                cols = ", ".join(f'"{r[0]}"' for r in cur.fetchall())
+                cur.execute(f"SELECT {cols} FROM terminal49.{table}")
+                out[table] = sorted(cur.fetchall(), key=repr)
+    finally:
+        con.close()
+    return out
+
+
+def _copy(server: PostgresServer, template: str) -> str:
+    """A new database with the template's tables (and no staged load); its URL."""
+    name = server.create_database()
+    server.execute(f'DROP DATABASE "{name}"')
+    server.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    return server.url(name)
+
+
+def _load(url: str, sb: Any, work: Path) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TERMINAL49_", "FREETIME_"))}
+    env.update(TERMINAL49_API_KEY=sb.api_key, FREETIME_WORKDIR=str(work))
+    return subprocess.Popen(
+        [sys.executable, "-m", "freetime_cli.main", "load", "--full", "--warehouse", url]
+        + ["--base-url", sb.base_url],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for_publish(server: PostgresServer, proc: subprocess.Popen[str]) -> None:
+    """Until the loader's publishing session shows in pg_stat_activity."""
+    deadline = time.monotonic() + 180
+    con = psycopg2.connect(server.url())
+    con.autocommit = True
+    try:
+        with con.cursor() as cur:
+            while True:
+                cur.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = %s", [PUBLISH])
+                if cur.fetchone():
+                    return
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the load did not start publishing"
+                time.sleep(0.002)
+    finally:
+        con.close()
+
+
+def test_a_kill_at_any_moment_of_the_publish_leaves_old_or_new_tables(
+    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FREETIME_WORKDIR", str(tmp_path / "work"))
+    with SandboxProcess(containers=400, seed=5, clock=CLOCK) as sb:
+        old_db = postgres_server.create_database()
+        run_load(postgres_server.url(old_db), _api(sb))
+        old = _dump(postgres_server.url(old_db))
+        sb.advance(hours=36)  # holds clear and appear, LFDs move, containers are picked up
+        new_url = postgres_server.url(postgres_server.create_database())
+        run_load(new_url, _api(sb))
+        new = _dump(new_url)
+        assert old["container_holds"] != new["container_holds"]
+        assert old["containers"] != new["containers"]
+
+        # how long the publish takes, from its session's start to the loader's exit
+        url = _copy(postgres_server, old_db)
+        proc = _load(url, sb, tmp_path / "timing")
+        _wait_for_publish(postgres_server, proc)
+        publishing = time.monotonic()
+        assert proc.wait(timeout=180) == 0, proc.communicate()
+        window = time.monotonic() - publishing
+        assert _dump(url) == new
+
+        outcomes = []
+        for n, share in enumerate((0.0, 0.25, 0.5, 0.75)):
+            url = _copy(postgres_server, old_db)
+            work = tmp_path / f"kill{n}"
+            proc = _load(url, sb, work)
+            _wait_for_publish(postgres_server, proc)
+            time.sleep(share * window)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            got = _dump(url)  # the server rolled back the dead session's transaction, or not
+            assert got in (old, new), (
+                f"kill {share:.0%} into the publish: "
+                + ", ".join(t for t in TABLES if got[t] not in (old[t], new[t]))
+                + " hold neither the old nor the new rows"
+            )
+            outcomes.append("old" if got == old else "new")
+            monkeypatch.setenv("FREETIME_WORKDIR", str(work))
+            run_load(url, _api(sb), full=True)  # publishes what is staged, then its own load
+            assert _dump(url) == new
+        assert "old" in outcomes, outcomes  # the kills did land inside the publish
