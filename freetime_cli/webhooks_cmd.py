@@ -73,9 +73,11 @@ def serve(
     ] = False,
     base_url: BaseUrlOption = None,
 ) -> None:
-    """Accept signed notifications (401 bad signature, 400 malformed) into the local inbox,
-    and apply them to the warehouse within seconds when it knows the warehouse (--duckdb,
-    FREETIME_DUCKDB, or an existing data/freetime.duckdb) unless --no-apply.
+    """Store signed notifications in the inbox and apply them to the warehouse within seconds.
+
+    A bad signature is refused with 401, a malformed body with 400. Notifications are applied
+    when the receiver knows the warehouse (--duckdb, FREETIME_DUCKDB, or an existing
+    data/freetime.duckdb), unless --no-apply.
 
     Bodies over 10 MiB are refused (413), slow ones cut (408): see docs/webhooks.md.
     """
