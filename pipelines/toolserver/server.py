@@ -308,8 +308,7 @@ def build_server(
         cap = min(max_rows, row_cap)
 
         def run(snap: Snapshot) -> dict[str, Any]:
-            with snap.con.cursor() as cur:
-                res = run_query(cur, sql, max_rows=cap, timeout_seconds=sql_timeout)
+            res = run_query(snap.path, sql, max_rows=cap, timeout_seconds=sql_timeout)
             return {
                 "columns": res.columns,
                 "types": res.types,
