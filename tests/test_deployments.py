@@ -33,6 +33,7 @@ def test_prefect_yaml_passes_prefects_own_validation() -> None:
     assert all(d.concurrency_limit == 1 for d in model.deployments)
 
 
+@pytest.mark.fast
 def test_deployments_load_with_schedules_and_limit() -> None:
     specs = {s.name: s for s in read_deployments()}
     assert set(specs) == set(EXPECTED)
@@ -49,6 +50,7 @@ def test_deployments_load_with_schedules_and_limit() -> None:
         assert not {"api_key", "key"} & set(inspect.signature(spec.load_flow().fn).parameters)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "body, message",
     [
@@ -73,6 +75,7 @@ def test_bad_deployment_files_are_refused_plainly(tmp_path: Path, body: str, mes
         read_deployments(path)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "where",
     ["parameters: {fulll: true}", "schedules: [{cron: '0 * * * *', parameters: {base: 1}}]"],

@@ -180,6 +180,7 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason=INSTALL_HINT)
 def test_evidence_renders_and_prints_in_headless_chromium(page: Path, tmp_path: Path) -> None:
     url = page.resolve().as_uri()

@@ -157,6 +157,7 @@ class FailAfter(httpx.BaseTransport):
         return self.inner.handle_request(request)
 
 
+@pytest.mark.sandbox
 def test_repeated_and_failed_loads_add_nothing(tmp_path: Path) -> None:
     path = tmp_path / "w.duckdb"
     count = "SELECT count(*) FROM terminal49.history"
@@ -262,6 +263,7 @@ def test_eta_reliability_view_of_the_walk(walked: Walk) -> None:
     assert (row["mean_delay_days"], row["mean_abs_error_days"]) == (0, 0)
 
 
+@pytest.mark.fast
 def test_eta_reliability_by_hand(tmp_path: Path) -> None:
     """Crafted history: A's first ETA 2.5 days early, B's half a day late; C was first seen
     after it arrived (no forecast to judge); D arrived in another month."""
@@ -315,6 +317,7 @@ def test_eta_reliability_by_hand(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.fast
 def test_binding_lfd_changes_are_recorded_after_a_risk_run(tmp_path: Path) -> None:
     """Crafted risk runs: the binding LFD posted, unchanged, then moved two days later by the
     POD facility; each change once, with its basis, in lfd_changes."""
@@ -354,6 +357,7 @@ def test_binding_lfd_changes_are_recorded_after_a_risk_run(tmp_path: Path) -> No
     ]
 
 
+@pytest.mark.fast
 def test_lfd_contract_columns_are_tracked_and_the_pod_deadline_binds(tmp_path: Path) -> None:
     """Columns of the LFD contract (DATE LFDs, pod_lfd_*, has_pod_deadlines, *_wire): tracked
     by pattern, and with POD deadlines the unified one binds (no fallback)."""

@@ -20,6 +20,8 @@ from mcp import Client, StdioServerParameters
 from pipelines.warehouse import connect, writing
 from tests.mcp_helpers import REPO, mcp_server
 
+pytestmark = pytest.mark.sandbox
+
 CLOCK = "2026-11-20T12:00:00Z"
 TOOLS = {
     "containers_at_risk",

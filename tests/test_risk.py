@@ -16,6 +16,8 @@ from pipelines.analytics import compute_risk, load_tariffs, publish_risk, read_w
 from pipelines.analytics.calendars import WorkingCalendar, us_federal_holidays
 from pipelines.warehouse import reading
 
+pytestmark = pytest.mark.fast
+
 AS_OF = datetime(2025, 11, 14, 16, 0, tzinfo=UTC)
 LA, NY, CHI = "America/Los_Angeles", "America/New_York", "America/Chicago"
 FRESH = "2025-11-14T15:00:00Z"

@@ -25,6 +25,8 @@ from pipelines.load import run_load
 from pipelines.terminal49.client import MalformedBody, Terminal49Client
 from pipelines.terminal49.scan import ListScan, ScanStats
 
+pytestmark = pytest.mark.fast
+
 MISSING = object()
 
 
