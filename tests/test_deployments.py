@@ -33,7 +33,6 @@ def test_prefect_yaml_passes_prefects_own_validation() -> None:
     assert all(d.concurrency_limit == 1 for d in model.deployments)
 
 
-@pytest.mark.fast
 def test_deployments_load_with_schedules_and_limit() -> None:
     specs = {s.name: s for s in read_deployments()}
     assert set(specs) == set(EXPECTED)
