@@ -33,6 +33,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, timedelta
+from typing import Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
@@ -40,8 +41,13 @@ import polars as pl
 from pipelines.analytics.calendars import WorkingCalendar, working_calendar
 from pipelines.analytics.tariffs import match_tariffs, tier_cost
 
-LEVELS = ("overdue", "due_today", "imminent", "watch", "ok", "unknown", "done")
-AT_RISK_LEVELS = ("overdue", "due_today", "imminent")
+#: The risk levels, most urgent first: the one definition (the tool server's argument type,
+#: the views and the reports take theirs from here).
+Level = Literal["overdue", "due_today", "imminent", "watch", "ok", "unknown", "done"]
+LEVELS: tuple[Level, ...] = get_args(Level)
+AT_RISK_LEVELS: tuple[Level, ...] = ("overdue", "due_today", "imminent")
+#: :data:`AT_RISK_LEVELS` as an SQL list of string literals.
+AT_RISK_SQL = ", ".join(f"'{level}'" for level in AT_RISK_LEVELS)
 DONE_STATUSES = ("picked_up", "delivered", "dropped", "empty_returned")
 STALE_AFTER = timedelta(days=7)
 #: Working days assumed for a blocking hold to clear before pickup (x-ray exam: 2-3 days).

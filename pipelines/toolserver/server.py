@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -17,6 +17,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.analytics import risk as risk_module
+from pipelines.analytics.risk import AT_RISK_LEVELS, Level
 from pipelines.analytics.tariffs import load_tariffs
 from pipelines.history import evidence
 from pipelines.toolserver import queries
@@ -24,7 +25,6 @@ from pipelines.toolserver.snapshot import Snapshot, SnapshotReader
 from pipelines.toolserver.sqlsafe import DEFAULT_MAX_ROWS, SqlRefused, run_query
 from pipelines.warehouse import WarehouseError
 
-Level = Literal["overdue", "due_today", "imminent", "watch", "ok", "unknown", "done"]
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 INSTRUCTIONS = (
     "freetime's warehouse of ocean containers: demurrage risk from local LFDs, holds and "
@@ -147,7 +147,7 @@ def build_server(
     def containers_at_risk(
         level: Annotated[
             list[Level] | None,
-            Field(description="Risk levels (default overdue, due_today, imminent)."),
+            Field(description=f"Risk levels (default {', '.join(AT_RISK_LEVELS)})."),
         ] = None,
         terminal: Annotated[
             str | None, Field(description="Terminal name (part of it, any case) or firms code.")
