@@ -364,3 +364,15 @@ def test_publish_views_and_example_sql(warehouse: Path, tmp_path: Path) -> None:
         assert wide == ("2025-11-10", "hold", "2025-11-07 13:00:00")
         prev = con.sql("SELECT count(*) FROM analytics.demurrage_risk_previous").fetchall()[0]
         assert prev == (10,)
+
+
+def test_the_tool_servers_rules_resource_is_the_list_of_rules() -> None:
+    from pipelines.analytics import risk
+    from pipelines.toolserver.server import risk_rules_text
+
+    text = risk_rules_text()
+    assert text.startswith("Demurrage risk per container, as of an instant")
+    for rule in ("* LFDs are local calendar dates", "* Holds do not stop the clock", "* ``stale``"):
+        assert rule in text
+    assert text.strip().endswith("not change the level.")
+    assert text.strip() in (risk.__doc__ or "") and "How:" not in text

@@ -1,8 +1,8 @@
 """Demurrage risk per container, as of an instant: polars LazyFrames in and out.
 
 :func:`compute_risk` implements the rules of ``docs/risk-rules.md`` (the README's section
-"Demurrage risk: the rules"); each block of :func:`_rules` is one of them, under the same
-heading. In short:
+"Demurrage risk: the rules" sums them up); each block of :func:`_rules` is one of them, under
+the same heading. In short:
 
 * LFDs are local calendar dates (terminal: ``pod_timezone``; rail: ``final_destination_timezone``;
   line: the destination zone if set, else the port's), decoded from the API's local-midnight-in-UTC
@@ -353,7 +353,7 @@ def _beside(rows: pl.LazyFrame, joined: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _is_inland() -> pl.Expr:
-    """Inland move = any rail evidence (README, "Which LFD binds")."""
+    """Inland move = any rail evidence (docs/risk-rules.md, "Which LFD binds")."""
     evidence = (
         "pod_rail_carrier_scac",
         "pod_rail_loaded_at",
@@ -372,8 +372,9 @@ def _is_inland() -> pl.Expr:
 
 
 def _tariff_keys() -> dict[str, pl.Expr]:
-    """The tariff key of a container (README, "Cost"): carrier, port (of discharge, or the
-    destination for inland moves), equipment (``reefer``, or ``dry`` for everything else)."""
+    """The tariff key of a container (docs/risk-rules.md, "Cost"): carrier, port (of
+    discharge, or the destination for inland moves), equipment (``reefer``, or ``dry`` for
+    everything else)."""
     col = pl.col
     return dict(
         _scac=col("shipping_line_scac"),
@@ -394,7 +395,7 @@ _KEYS = ["_scac", "_port", "_equip"]
 def _with_tariffs(
     rows: pl.LazyFrame, shipments: pl.LazyFrame, tariffs: pl.DataFrame
 ) -> tuple[pl.LazyFrame, dict[str, int]]:
-    """Join each container's demurrage and detention tariff rows (README, "Cost").
+    """Join each container's demurrage and detention tariff rows (docs/risk-rules.md, "Cost").
 
     The columns are those of :func:`match_tariffs` prefixed :data:`DEM` / :data:`DET` (NULL: no
     tariff). Also returns the number of tier columns of each prefix. ``shipments``: the
@@ -470,8 +471,8 @@ def _zone_names(fr: WarehouseFrames) -> list[str]:
 
 
 def _with_zones(rows: pl.LazyFrame, zones: list[str]) -> pl.LazyFrame:
-    """Add the zone of each kind of local date (README, "Dates and zones"), as an Enum of
-    ``zones``; a name that is not a known zone counts as UTC.
+    """Add the zone of each kind of local date (docs/risk-rules.md, "Dates and zones"), as an
+    Enum of ``zones``; a name that is not a known zone counts as UTC.
 
     ``_zone_pod``: the container's ``pod_timezone``, else the shipment's, else UTC.
     ``_zone_dest``: the container's ``final_destination_timezone``, else the shipment's
@@ -817,7 +818,7 @@ def _rules(
 
 def _risk_reason(unknown: pl.Expr) -> pl.Expr:
     """Short phrases joined with "; ": what happened or the LFD, holds, availability,
-    appointment, staleness (README, "Risk level")."""
+    appointment, staleness (docs/risk-rules.md, "Risk level")."""
     # Each phrase is NULL outside its case and reads only its case's rows (its inputs are
     # NULL elsewhere): building strings is the costly part, so no row builds one it drops.
     col = pl.col

@@ -22,7 +22,12 @@ from pipelines.analytics.tariffs import load_tariffs
 from pipelines.history import evidence
 from pipelines.toolserver import queries
 from pipelines.toolserver.snapshot import Snapshot, SnapshotReader
-from pipelines.toolserver.sqlsafe import DEFAULT_MAX_ROWS, SqlRefused, run_query
+from pipelines.toolserver.sqlsafe import (
+    DEFAULT_MAX_ROWS,
+    DEFAULT_TIMEOUT_SECONDS,
+    SqlRefused,
+    run_query,
+)
 from pipelines.warehouse import WarehouseError
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -123,16 +128,18 @@ def _answer(
 
 
 def risk_rules_text() -> str:
-    """The risk rules, as the risk engine's module documentation states them."""
-    doc = risk_module.__doc__ or ""
-    return doc.split("\nPerformance")[0].strip() + "\n"
+    """The risk rules as the risk engine's module docstring states them: its paragraphs up to
+    and including the list of rules (what follows says how they are computed)."""
+    paragraphs = (risk_module.__doc__ or "").strip().split("\n\n")
+    rules = next((i for i, p in enumerate(paragraphs) if p.startswith("* ")), len(paragraphs))
+    return "\n\n".join(paragraphs[: rules + 1]) + "\n"
 
 
 def build_server(
     duckdb_path: Path,
     *,
     row_cap: int = DEFAULT_MAX_ROWS,
-    sql_timeout: float = 10.0,
+    sql_timeout: float = DEFAULT_TIMEOUT_SECONDS,
     reader: SnapshotReader | None = None,
 ) -> tuple[MCPServer, SnapshotReader]:
     """The MCP server over the warehouse at ``duckdb_path`` and the reader it answers from
