@@ -327,6 +327,16 @@ def published_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def walked(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The container's life of ``tests/history_walk.py`` (a :class:`history_walk.Walk`), walked
+    once per session for the history and evidence tests: read it; to write, copy the file."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from history_walk import walk
+
+    return walk(tmp_path_factory.mktemp("walk"))
+
+
 # The sandbox tests' book: 500 containers of seed 49 at a fixed clock, one per test module.
 SANDBOX_CLOCK = "2026-11-20T12:00:00Z"
 

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from history_walk import Walk, walk  # noqa: E402
+from history_walk import Walk  # noqa: E402
 
 from freetime_cli.main import app  # noqa: E402
 
@@ -30,11 +30,6 @@ TARIFFS = (
     "charge,carrier_scac,port_locode,equipment,free_days,free_basis,tiers,currency,source,as_of\n"
     "demurrage,,USTIW,reefer,4,calendar,1-4:235;5-9:285;10+:335,USD,test sheet,2030-01-01\n"
 )
-
-
-@pytest.fixture(scope="module")
-def walked(tmp_path_factory: pytest.TempPathFactory) -> Walk:
-    return walk(tmp_path_factory.mktemp("walk"))
 
 
 @pytest.fixture(scope="module")

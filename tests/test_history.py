@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import orjson
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from history_walk import CONTAINER, START, Walk, walk  # noqa: E402
+from history_walk import CONTAINER, START, Walk  # noqa: E402
 
 from pipelines.config import ApiSettings  # noqa: E402
 from pipelines.history import tracked_columns  # noqa: E402
@@ -22,11 +23,6 @@ from pipelines.webhooks.apply import apply_inbox  # noqa: E402
 from pipelines.webhooks.inbox import Inbox, notification_from_doc  # noqa: E402
 from pipelines.write import LoadFailed  # noqa: E402
 from sandbox.process import SandboxProcess  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def walked(tmp_path_factory: pytest.TempPathFactory) -> Walk:
-    return walk(tmp_path_factory.mktemp("walk"))
 
 
 def rows(path: Path, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
@@ -130,17 +126,21 @@ def test_shipment_etas_are_tracked(walked: Walk) -> None:
 
 
 def test_webhooks_applied_again_add_nothing(walked: Walk, tmp_path: Path) -> None:
+    path = tmp_path / "walk.duckdb"  # the walk is shared: apply to a copy
+    for suffix in ("", ".wal"):
+        if Path(f"{walked.duckdb_path}{suffix}").exists():
+            shutil.copyfile(f"{walked.duckdb_path}{suffix}", f"{path}{suffix}")
     count = "SELECT count(*) FROM terminal49.history"
-    before = rows(walked.duckdb_path, count)
+    before = rows(path, count)
     inbox_path = tmp_path / "again.sqlite"
     with Inbox(inbox_path) as inbox:
         for received, bodies in walked.bodies:  # redelivered: stamped as first received
             inbox.add_many(
                 [notification_from_doc(orjson.loads(b), b) for b in bodies], received_at=received
             )
-    summary = apply_inbox(walked.duckdb_path, inbox_path)
+    summary = apply_inbox(path, inbox_path)
     assert summary.notifications == sum(len(b) for _, b in walked.bodies) > 0
-    assert rows(walked.duckdb_path, count) == before
+    assert rows(path, count) == before
 
 
 class FailAfter(httpx.BaseTransport):

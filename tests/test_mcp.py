@@ -8,13 +8,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 import duckdb
 import pytest
+from conftest import PUBLISHED_AS_OF
 from mcp import Client, StdioServerParameters
 
 from pipelines.warehouse import connect, writing
@@ -22,7 +22,7 @@ from tests.mcp_helpers import REPO, mcp_server
 
 pytestmark = pytest.mark.sandbox
 
-CLOCK = "2026-11-20T12:00:00Z"
+CLOCK = PUBLISHED_AS_OF
 TOOLS = {
     "containers_at_risk",
     "get_container",
@@ -36,20 +36,10 @@ TOOLS = {
 
 
 @pytest.fixture(scope="module")
-def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from pipelines.analytics import publish_risk
-    from pipelines.config import ApiSettings
-    from pipelines.load import run_load
-    from sandbox.process import SandboxProcess
-
-    path = tmp_path_factory.mktemp("mcp") / "freetime.duckdb"
-    with SandboxProcess(containers=300, seed=24, clock=CLOCK) as sb:
-        run_load(
-            path,
-            ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100_000),
-        )
-    publish_risk(path, as_of=datetime.fromisoformat(CLOCK.replace("Z", "+00:00")))
-    return path
+def warehouse(published_warehouse: Path) -> Path:
+    """The session's published warehouse (risk as of :data:`CLOCK`): read only; the tests that
+    write copy it first."""
+    return published_warehouse
 
 
 @pytest.fixture(scope="module")
