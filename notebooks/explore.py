@@ -77,7 +77,7 @@ def _(WarehouseLocked, WarehouseMissing, default_duckdb_path, mo, pl, reading):
               container: binding LFD, days to it, holds, readiness, costs, risk level and
               reason) and the views `at_risk_containers`, `exposure_by_terminal`,
               `exposure_by_carrier`, `lfd_calendar`, `containers_wide` (vendor-style wide
-              rows). The rules are in the README, section "Demurrage risk: the rules".
+              rows). The rules are in docs/risk-rules.md.
             """
         ),
         mo.ui.table(table_overview, selection=None, show_download=False),

@@ -1,5 +1,23 @@
 """Shared fixtures. Vendor reference data the tests use is copied into ``tests/fixtures``.
 
+Test tiers (markers, registered in pyproject.toml). ``uv run pytest -m fast`` is the quick loop
+(under a minute); ``python3 quickstart.py test`` runs everything, tiers included.
+
+- ``fast``: pure logic. No server process, no subprocess, no Prefect; an in-process
+  ``loopback`` server, a DuckDB file under ``tmp_path`` and an in-process dlt load are fine.
+  Mark a test ``@pytest.mark.fast``, a whole module ``pytestmark = pytest.mark.fast``. A fast
+  test that starts a process (the sandbox, the CLI, a browser) fails, saying so.
+- ``sandbox``: starts the sandbox server (set here for the fixtures in
+  :data:`SERVER_FIXTURES`; mark tests that start a ``SandboxProcess`` themselves).
+- ``prefect``: runs flows on the one Prefect test server (set here for ``prefect_harness``).
+- ``browser``: opens a page in headless chromium. ``postgres``: needs a PostgreSQL server.
+- Everything else (CLI subprocesses, the tool server process, notebooks) carries no marker
+  and runs with the whole suite: ``-m "not fast"`` selects it with the slow tiers.
+
+Share what tests only read: a session- or module-scoped sandbox or warehouse
+(``published_warehouse``, ``sb``) instead of a new one per test, and ``prefect_harness``, never a
+second Prefect server.
+
 This conftest also keeps the suite self-contained: an audit hook records every file the test
 process opens or lists in a folder that sat beside the repository when the session started
 (a sibling folder of reference data, say), and the test, collector or session that did it
@@ -95,11 +113,69 @@ def _message(paths: list[str]) -> str:
     return "opened outside the repository (copy it into tests/fixtures): " + ", ".join(paths)
 
 
+class ProcessStarts:
+    """Processes started while a ``fast`` test runs (its setup included)."""
+
+    EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.posix_spawn", "os.exec", "os.system"})
+
+    def __init__(self) -> None:
+        self.watching = False
+        self.started: list[str] = []
+
+    def audit(self, event: str, args: tuple[Any, ...]) -> None:
+        if self.watching and event in self.EVENTS:
+            what = args[1] if event == "subprocess.Popen" and len(args) > 1 else args[:1]
+            self.started.append(f"{event} {what!r}"[:200])
+
+
+_STARTS = ProcessStarts()
+#: Fixtures that start a server process, and the tier marker each implies.
+SERVER_FIXTURES = {
+    "prefect_harness": "prefect",
+    "sb": "sandbox",
+    "http": "sandbox",
+    "truth": "sandbox",
+    "published_warehouse": "sandbox",
+    "walked": "sandbox",  # tests/history_walk.py
+    "sandbox": "sandbox",
+}
+SLOW_TIERS = frozenset({"sandbox", "prefect", "browser", "postgres"})
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _READS
     if _READS is None:  # audit hooks cannot be removed: one per process
         _READS = OutsideReads(REPO)
         sys.addaudithook(_READS.audit)
+        sys.addaudithook(_STARTS.audit)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests by the server fixtures they use; a fast test in a slow tier is an error."""
+    for item in items:
+        for name in getattr(item, "fixturenames", ()):
+            if name in SERVER_FIXTURES:
+                item.add_marker(SERVER_FIXTURES[name])
+        slow = SLOW_TIERS & {m.name for m in item.iter_markers()}
+        if item.get_closest_marker("fast") and slow:
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked fast but is in the {', '.join(sorted(slow))} tier"
+            )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    _STARTS.watching = item.get_closest_marker("fast") is not None
+    _STARTS.started = []
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    try:
+        return (yield)
+    finally:
+        _STARTS.watching = False
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -135,6 +211,12 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     _fail(report)
+    if report.when == "call" and _STARTS.started and report.outcome != "failed":
+        report.outcome = "failed"
+        report.longrepr = (
+            "a fast test started a process (mark it sandbox, prefect or browser, or leave "
+            "it unmarked): " + "; ".join(_STARTS.started)
+        )
     return report
 
 
@@ -243,6 +325,16 @@ def published_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
     publish_risk(path, as_of=datetime.fromisoformat(PUBLISHED_AS_OF.replace("Z", "+00:00")))
     return path
+
+
+@pytest.fixture(scope="session")
+def walked(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The container's life of ``tests/history_walk.py`` (a :class:`history_walk.Walk`), walked
+    once per session for the history and evidence tests: read it; to write, copy the file."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from history_walk import walk
+
+    return walk(tmp_path_factory.mktemp("walk"))
 
 
 # The sandbox tests' book: 500 containers of seed 49 at a fixed clock, one per test module.

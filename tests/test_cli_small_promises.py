@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pipelines.analytics.tariffs import TariffError, load_tariffs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +49,7 @@ def test_a_mistyped_folder_is_not_created_by_a_reader(tmp_path: Path) -> None:
         assert not typo.parent.exists()
 
 
+@pytest.mark.fast
 def test_a_binary_tariff_file_names_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "tariffs.xlsx.csv"
     bad.write_bytes(b"PK\x03\x04\xff\xfe binary spreadsheet")

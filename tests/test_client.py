@@ -32,6 +32,8 @@ from pipelines.terminal49.client import (
     json_object,
 )
 
+pytestmark = pytest.mark.fast
+
 OK = b'{"data": [], "meta": {"total": 0}}'
 
 

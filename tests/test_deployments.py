@@ -61,6 +61,7 @@ def test_one_setting_makes_the_reconciliation_weekly(tmp_path: Path) -> None:
     assert [s.timezone for s in specs["freetime-reconcile"].schedules] == ["UTC"]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "body, message",
     [
@@ -85,6 +86,7 @@ def test_bad_deployment_files_are_refused_plainly(tmp_path: Path, body: str, mes
         read_deployments(path)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "where",
     ["parameters: {fulll: true}", "schedules: [{cron: '0 * * * *', parameters: {base: 1}}]"],

@@ -118,6 +118,7 @@ def test_missing_file_fails_before_any_request(sandbox: Any, tmp_path: Path) -> 
     assert sandbox.stats().get("requests") == before.get("requests")
 
 
+@pytest.mark.fast
 def test_storage_put_never_carries_the_key() -> None:
     seen: list[httpx.Request] = []
 
@@ -195,6 +196,7 @@ class _ReorderingDocuments:
         )
 
 
+@pytest.mark.fast
 def test_documents_sync_finds_a_document_that_moved_during_the_scan(tmp_path: Path) -> None:
     from pipelines.load import LoadFailed
 

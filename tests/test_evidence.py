@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from history_walk import Walk, walk  # noqa: E402
+from history_walk import Walk  # noqa: E402
 
 from freetime_cli.main import app  # noqa: E402
 
@@ -30,11 +30,6 @@ TARIFFS = (
     "charge,carrier_scac,port_locode,equipment,free_days,free_basis,tiers,currency,source,as_of\n"
     "demurrage,,USTIW,reefer,4,calendar,1-4:235;5-9:285;10+:335,USD,test sheet,2030-01-01\n"
 )
-
-
-@pytest.fixture(scope="module")
-def walked(tmp_path_factory: pytest.TempPathFactory) -> Walk:
-    return walk(tmp_path_factory.mktemp("walk"))
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +180,7 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason=INSTALL_HINT)
 def test_evidence_renders_and_prints_in_headless_chromium(page: Path, tmp_path: Path) -> None:
     url = page.resolve().as_uri()

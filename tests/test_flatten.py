@@ -14,6 +14,8 @@ from conftest import reference_json
 
 from pipelines.terminal49 import flatten, settings
 
+pytestmark = pytest.mark.fast
+
 FETCHED = dt.datetime(2026, 11, 20, 12, tzinfo=dt.UTC)
 NEW_YORK, LOS_ANGELES, TOKYO = "America/New_York", "America/Los_Angeles", "Asia/Tokyo"
 

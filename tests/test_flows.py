@@ -46,6 +46,7 @@ def _failed(cause: BaseException, message: str) -> LoadFailed:
         return exc
 
 
+@pytest.mark.fast
 def test_retry_policy_retries_what_can_pass_and_nothing_else() -> None:
     refused = _failed(AuthError("the API refused the key (401)"), "load failed: refused the key")
     assert not tasks.is_transient(refused)
@@ -97,6 +98,7 @@ def _summary(tmp_path: Path, **overrides: Any) -> SummaryInput:
     return SummaryInput(**base)
 
 
+@pytest.mark.fast
 def test_at_risk_rows_keep_the_given_order_and_are_json_friendly() -> None:
     rows = at_risk_rows(
         [
@@ -116,6 +118,7 @@ def test_at_risk_rows_keep_the_given_order_and_are_json_friendly() -> None:
     json.dumps(rows)
 
 
+@pytest.mark.fast
 def test_summary_markdown_sections_and_report_link(tmp_path: Path) -> None:
     md = summary_markdown(_summary(tmp_path))
     for part in (
@@ -337,6 +340,7 @@ def _has_ghost(warehouse: Path) -> bool:
     return found == (1,)
 
 
+@pytest.mark.fast
 def test_flows_take_no_parameter_they_ignore() -> None:
     """``risk`` makes no API call, so it takes no API settings; ``sync`` uses all it takes."""
     import inspect

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from history_walk import CONTAINER, START, Walk, walk  # noqa: E402
+from history_walk import CONTAINER, START, Walk  # noqa: E402
 
 from pipelines.config import ApiSettings  # noqa: E402
 from pipelines.history import tracked_columns  # noqa: E402
@@ -23,11 +23,6 @@ from pipelines.webhooks.apply import apply_inbox  # noqa: E402
 from pipelines.webhooks.inbox import Inbox, notification_from_doc  # noqa: E402
 from pipelines.write import LoadFailed  # noqa: E402
 from sandbox.process import SandboxProcess  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def walked(tmp_path_factory: pytest.TempPathFactory) -> Walk:
-    return walk(tmp_path_factory.mktemp("walk"))
 
 
 def rows(path: Path, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
@@ -131,17 +126,21 @@ def test_shipment_etas_are_tracked(walked: Walk) -> None:
 
 
 def test_webhooks_applied_again_add_nothing(walked: Walk, tmp_path: Path) -> None:
+    path = tmp_path / "walk.duckdb"  # the walk is shared: apply to a copy
+    for suffix in ("", ".wal"):
+        if Path(f"{walked.duckdb_path}{suffix}").exists():
+            shutil.copyfile(f"{walked.duckdb_path}{suffix}", f"{path}{suffix}")
     count = "SELECT count(*) FROM terminal49.history"
-    before = rows(walked.duckdb_path, count)
+    before = rows(path, count)
     inbox_path = tmp_path / "again.sqlite"
     with Inbox(inbox_path) as inbox:
         for received, bodies in walked.bodies:  # redelivered: stamped as first received
             inbox.add_many(
                 [notification_from_doc(orjson.loads(b), b) for b in bodies], received_at=received
             )
-    summary = apply_inbox(walked.duckdb_path, inbox_path)
+    summary = apply_inbox(path, inbox_path)
     assert summary.notifications == sum(len(b) for _, b in walked.bodies) > 0
-    assert rows(walked.duckdb_path, count) == before
+    assert rows(path, count) == before
 
 
 class FailAfter(httpx.BaseTransport):
@@ -158,6 +157,7 @@ class FailAfter(httpx.BaseTransport):
         return self.inner.handle_request(request)
 
 
+@pytest.mark.sandbox
 def test_repeated_and_failed_loads_add_nothing(tmp_path: Path) -> None:
     path = tmp_path / "w.duckdb"
     count = "SELECT count(*) FROM terminal49.history"
@@ -296,6 +296,7 @@ def test_eta_reliability_view_of_the_walk(walked: Walk) -> None:
     assert (row["mean_delay_days"], row["mean_abs_error_days"]) == (0, 0)
 
 
+@pytest.mark.fast
 def test_eta_reliability_by_hand(tmp_path: Path) -> None:
     """Crafted history: A's first ETA 2.5 days early, B's half a day late; C was first seen
     after it arrived (no forecast to judge); D arrived in another month."""
@@ -349,6 +350,7 @@ def test_eta_reliability_by_hand(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.fast
 def test_binding_lfd_changes_are_recorded_after_a_risk_run(tmp_path: Path) -> None:
     """Crafted risk runs: the binding LFD posted, unchanged, then moved two days later by the
     POD facility; each change once, with its basis, in lfd_changes."""
@@ -388,6 +390,7 @@ def test_binding_lfd_changes_are_recorded_after_a_risk_run(tmp_path: Path) -> No
     ]
 
 
+@pytest.mark.fast
 def test_lfd_contract_columns_are_tracked_and_the_pod_deadline_binds(tmp_path: Path) -> None:
     """Columns of the LFD contract (DATE LFDs, pod_lfd_*, has_pod_deadlines, *_wire): tracked
     by pattern, and with POD deadlines the unified one binds (no fallback)."""

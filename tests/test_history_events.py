@@ -6,12 +6,15 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 
 from pipelines.config import ApiSettings
 from pipelines.history.transport_events import containers_needing_events, fetch_transport_events
 from pipelines.load import run_load
 from pipelines.terminal49.client import Terminal49Client
 from sandbox.process import SandboxProcess
+
+pytestmark = pytest.mark.sandbox
 
 
 def rows(path: Path, sql: str) -> list[tuple[Any, ...]]:

@@ -26,6 +26,8 @@ from pipelines.terminal49.scan import ScanStats
 from sandbox.process import SandboxProcess
 from tests.test_load_sandbox import assert_equals_ground_truth
 
+pytestmark = pytest.mark.sandbox
+
 
 def _api(sb: Any) -> ApiSettings:
     return ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100_000)

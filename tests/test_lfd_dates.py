@@ -15,6 +15,8 @@ import pytest
 from pipelines.config import ApiSettings
 from pipelines.load import run_load
 
+pytestmark = pytest.mark.fast
+
 KEY = "lfd-dates-secret-key-0001"
 DAY = dt.date(2026, 9, 24)
 #: Zone -> the instant of DAY's local midnight in it.

@@ -21,6 +21,8 @@ from pipelines.config import ApiSettings
 from pipelines.load import run_load
 from sandbox.process import SandboxProcess
 
+pytestmark = pytest.mark.sandbox
+
 CLOCK = "2026-11-20T12:00:00Z"
 AS_OF = dt.datetime(2026, 11, 20, 12, tzinfo=dt.UTC)
 

@@ -15,6 +15,8 @@ from pipelines.config import ApiSettings
 from pipelines.load import run_load
 from pipelines.terminal49 import settings
 
+pytestmark = pytest.mark.fast
+
 KEY = "captured-secret-key-0001"
 
 

@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 from conftest import reference_json
 
 from pipelines.config import ApiSettings
 from pipelines.load import run_load
+
+pytestmark = pytest.mark.fast
 
 KEY = "refetched-secret-key-0001"
 HOLD = {"name": "customs", "status": "hold", "description": "CBP hold"}

@@ -22,6 +22,8 @@ from pipelines.warehouse import WarehouseLocked
 from pipelines.write import make_pipeline
 from sandbox.process import SandboxProcess
 
+pytestmark = pytest.mark.sandbox
+
 CLOCK = "2026-11-20T12:00:00Z"
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,19 +8,21 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 import duckdb
 import pytest
+from conftest import PUBLISHED_AS_OF
 from mcp import Client, StdioServerParameters
 
 from pipelines.warehouse import connect, writing
 from tests.mcp_helpers import REPO, mcp_server
 
-CLOCK = "2026-11-20T12:00:00Z"
+pytestmark = pytest.mark.sandbox
+
+CLOCK = PUBLISHED_AS_OF
 TOOLS = {
     "containers_at_risk",
     "get_container",
@@ -34,20 +36,10 @@ TOOLS = {
 
 
 @pytest.fixture(scope="module")
-def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from pipelines.analytics import publish_risk
-    from pipelines.config import ApiSettings
-    from pipelines.load import run_load
-    from sandbox.process import SandboxProcess
-
-    path = tmp_path_factory.mktemp("mcp") / "freetime.duckdb"
-    with SandboxProcess(containers=300, seed=24, clock=CLOCK) as sb:
-        run_load(
-            path,
-            ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100_000),
-        )
-    publish_risk(path, as_of=datetime.fromisoformat(CLOCK.replace("Z", "+00:00")))
-    return path
+def warehouse(published_warehouse: Path) -> Path:
+    """The session's published warehouse (risk as of :data:`CLOCK`): read only; the tests that
+    write copy it first."""
+    return published_warehouse
 
 
 @pytest.fixture(scope="module")
@@ -375,3 +367,38 @@ def test_a_killed_server_leaves_no_copy_behind_the_next_one(
         left = list(tmp_path.glob("freetime-mcp-*"))
         assert not orphaned[0].exists()
         assert [p.name.startswith(f"freetime-mcp-{proc.pid}-") for p in left] == [True]
+
+
+def test_a_runaway_statement_stops_at_the_limit_and_the_next_one_answers(
+    tmp_path: Path,
+) -> None:
+    # One scalar call over large strings checks for DuckDB's interrupt only when it returns:
+    # the limit must stop the work itself, not only the wait for it.
+    from pipelines.toolserver.server import build_server
+
+    db = tmp_path / "freetime.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute("CREATE SCHEMA terminal49; CREATE TABLE terminal49.t AS SELECT 42 AS x")
+    mcp, reader = build_server(db, sql_timeout=1.0)
+    runaway = "SELECT levenshtein(repeat('a', 100000), repeat('b', 100000)) AS d"
+
+    async def run() -> tuple[Any, float, float, Any, float]:
+        async with Client(mcp) as c:
+            start = time.monotonic()
+            slow = await c.call_tool("query_warehouse", {"sql": runaway})
+            answered = time.monotonic()
+            cpu = time.process_time()
+            await anyio.sleep(1.5)
+            busy = time.process_time() - cpu
+            quick = await c.call_tool("query_warehouse", {"sql": "SELECT x FROM terminal49.t"})
+            return slow, answered - start, busy, quick, time.monotonic() - answered - 1.5
+
+    try:
+        slow, slow_seconds, busy, quick, quick_seconds = anyio.run(run)
+    finally:
+        reader.close()
+    assert slow.is_error and "longer than 1s" in slow.content[0].text
+    assert slow_seconds < 5
+    assert busy < 0.5  # nothing of the runaway statement still runs here
+    assert not quick.is_error and quick.structured_content["rows"] == [[42]]
+    assert quick_seconds < 5

@@ -20,6 +20,8 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.conftest import LoopbackServer
 from tests.mcp_helpers import mcp_server, raw_initialize
 
+pytestmark = pytest.mark.sandbox
+
 KEY = "test-mcp-key-0123456789"
 
 

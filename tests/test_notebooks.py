@@ -45,6 +45,7 @@ def warehouse(published_warehouse: Path) -> Path:
     return published_warehouse
 
 
+@pytest.mark.fast
 def test_there_are_notebooks() -> None:
     assert {p.name for p in NOTEBOOKS} >= {"demurrage_risk.py", "explore.py"}
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from freetime_cli.main import app
+
+pytestmark = pytest.mark.fast
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()

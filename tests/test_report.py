@@ -187,6 +187,7 @@ def test_cli_unwritable_out_names_the_path_given(warehouse: Path) -> None:
     assert ".tmp" not in r.stderr
 
 
+@pytest.mark.fast
 def test_cli_missing_warehouse(tmp_path: Path) -> None:
     r = runner.invoke(
         app,
@@ -228,6 +229,7 @@ def _png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason=INSTALL_HINT)
 def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> None:
     url = report.resolve().as_uri()

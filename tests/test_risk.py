@@ -17,6 +17,8 @@ from pipelines.analytics.calendars import WorkingCalendar, us_federal_holidays
 from pipelines.analytics.risk import UnconvertedLfds
 from pipelines.warehouse import reading
 
+pytestmark = pytest.mark.fast
+
 AS_OF = datetime(2025, 11, 14, 16, 0, tzinfo=UTC)
 LA, NY, CHI = "America/Los_Angeles", "America/New_York", "America/Chicago"
 FRESH = "2025-11-14T15:00:00Z"
@@ -376,3 +378,15 @@ def test_publish_views_and_example_sql(warehouse: Path, tmp_path: Path) -> None:
         assert wide == ("2025-11-10", "hold", "2025-11-07 13:00:00")
         prev = con.sql("SELECT count(*) FROM analytics.demurrage_risk_previous").fetchall()[0]
         assert prev == (10,)
+
+
+def test_the_tool_servers_rules_resource_is_the_list_of_rules() -> None:
+    from pipelines.analytics import risk
+    from pipelines.toolserver.server import risk_rules_text
+
+    text = risk_rules_text()
+    assert text.startswith("Demurrage risk per container, as of an instant")
+    for rule in ("* LFDs are local calendar dates", "* Holds do not stop the clock", "* ``stale``"):
+        assert rule in text
+    assert text.strip().endswith("not change the level.")
+    assert text.strip() in (risk.__doc__ or "") and "How:" not in text

@@ -15,6 +15,8 @@ from freetime_cli.risk_cmd import risk
 from pipelines.analytics import risk_changes
 from pipelines.warehouse import reading
 
+pytestmark = pytest.mark.fast
+
 app = typer.Typer()
 app.command()(risk)
 runner = CliRunner()

@@ -20,6 +20,8 @@ from typer.testing import CliRunner
 from pipelines.analytics import compute_risk, load_tariffs, publish_risk, read_warehouse
 from pipelines.warehouse import reading
 
+pytestmark = pytest.mark.fast
+
 AS_OF = datetime(2025, 11, 14, 16, 0, tzinfo=UTC)
 LA, CHI = "America/Los_Angeles", "America/Chicago"
 FRESH = "2025-11-14T15:00:00Z"

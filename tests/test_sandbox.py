@@ -26,6 +26,8 @@ from referencing.jsonschema import DRAFT202012
 
 from sandbox.process import SandboxProcess
 
+pytestmark = pytest.mark.sandbox
+
 CLOCK = "2026-11-20T12:00:00Z"
 STATUSES = {
     "new",

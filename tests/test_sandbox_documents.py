@@ -18,6 +18,8 @@ from sandbox.documents import fake_pdf
 from sandbox.process import SandboxProcess
 from sandbox.receiver import WebhookReceiver
 
+pytestmark = pytest.mark.sandbox
+
 EXAMPLE = json.loads((T49 / "webhooks" / "document.extracted.json").read_text())
 
 

@@ -18,6 +18,8 @@ import pytest
 
 from sandbox.process import SandboxProcess
 
+pytestmark = pytest.mark.sandbox
+
 CLOCK = "2026-11-20T12:00:00Z"
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")

@@ -22,6 +22,8 @@ from sandbox.model import Account
 from sandbox.process import SandboxProcess
 from sandbox.receiver import WebhookReceiver
 
+pytestmark = pytest.mark.sandbox
+
 EXAMPLES = T49 / "webhooks"
 CLOCK = "2026-11-20T12:00:00Z"
 CONTAINER_EXAMPLES = sorted(

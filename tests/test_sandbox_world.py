@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from sandbox import world as W
 from sandbox.model import Account
 from sandbox.render import Renderer
+
+pytestmark = pytest.mark.fast
 
 CLOCK = 1795176000  # 2026-11-20T12:00:00Z
 

@@ -8,6 +8,8 @@ with fewer records than were served, and lets the last copy of a record sent twi
 from __future__ import annotations
 
 import math
+import random
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,8 @@ from pipelines.config import ApiSettings
 from pipelines.load import run_load
 from pipelines.terminal49.client import MalformedBody, Terminal49Client
 from pipelines.terminal49.scan import ListScan, ScanStats
+
+pytestmark = pytest.mark.fast
 
 MISSING = object()
 
@@ -237,3 +241,54 @@ def test_a_page_that_is_not_json_api_fails_at_once(
     ):
         list(ListScan(client, "containers", "/containers", None))
     assert len(server.requests) == 1
+
+
+class RefreshingList(FakeList):
+    """The live API's container list: most recently refreshed first, and about one list
+    request in seven sees a container refreshed meanwhile (it moves to the front). ``served``
+    holds the ids of each page in the order the pages were served."""
+
+    def __init__(self, count: int, seed: int) -> None:
+        super().__init__([_container(n) for n in range(count)], 50)
+        self.ids = {r["id"] for r in self.records}
+        self.served: list[set[str]] = []
+        self.moved = 0
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def __call__(self, path: str, query: dict[str, str], headers: dict[str, str]) -> Any:
+        with self._lock:
+            status, head, body = super().__call__(path, query, headers)
+            self.served.append({r["id"] for r in orjson.loads(body)["data"]})
+            if self._rng.random() < 1 / 7:
+                self.records.insert(0, self.records.pop(self._rng.randrange(len(self.records))))
+                self.moved += 1
+        return status, head, body
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_reconciliation_reads_one_front_page_for_a_few_refreshed_records(
+    loopback: Callable[[Handler], LoopbackServer], seed: int
+) -> None:
+    # pages one at a time: only a refresh can hide a record, and it moves it to page 1
+    fake = RefreshingList(3000, seed)
+    server = loopback(fake)
+    with Terminal49Client(
+        server.base_url, "k", rate_limit_per_minute=None, concurrency=1
+    ) as client:
+        scan = ListScan(client, "containers", "/containers", None)
+        ids = {i for page in scan for i in page.ids}
+    assert ids == fake.ids
+    assert len(server.requests) <= 60 + math.ceil(fake.moved / 50)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_reconciliation_stops_at_the_page_that_brings_the_last_missing_record(
+    loopback: Callable[[Handler], LoopbackServer], seed: int
+) -> None:
+    # pages four at a time: a refresh can also push a record onto a page already served
+    fake = RefreshingList(3000, seed)
+    scan, ids, _ = _scan(loopback, fake)
+    assert set(ids) == fake.ids
+    if scan.stats.reconcile_pages:
+        assert fake.served[-1] - set().union(*fake.served[:-1])

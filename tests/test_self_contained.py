@@ -118,6 +118,7 @@ def up(text: str) -> str:
     return text.replace("UP", os.pardir)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "source",
     [
@@ -134,6 +135,7 @@ def test_the_static_check_finds_a_climb_out(source: str) -> None:
     assert outward_references(up(source), depth=2)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "source",
     [
@@ -147,6 +149,7 @@ def test_the_static_check_leaves_paths_inside_alone(source: str) -> None:
     assert outward_references(up(source), depth=2) == []
 
 
+@pytest.mark.fast
 def test_tests_and_benchmarks_stay_inside_the_repository() -> None:
     assert len(SOURCES) > 20
     found = {
@@ -157,6 +160,7 @@ def test_tests_and_benchmarks_stay_inside_the_repository() -> None:
     assert found == {}
 
 
+@pytest.mark.fast
 def test_fixtures_are_files_of_the_repository() -> None:
     fixtures = REPO / "tests" / "fixtures"
     files = [p for p in fixtures.rglob("*") if not p.is_dir()]

@@ -10,6 +10,8 @@ import pytest
 from pipelines.analytics import TariffError, load_tariffs
 from pipelines.analytics.tariffs import COLUMNS, parse_tiers, tier_cost
 
+pytestmark = pytest.mark.fast
+
 HEADER = ",".join(COLUMNS)
 
 

@@ -86,6 +86,7 @@ def rows(duckdb_path: Path, sql: str) -> list[tuple[Any, ...]]:
 
 
 # -- unit ------------------------------------------------------------------------------------
+@pytest.mark.fast
 def test_signature_is_hex_hmac_sha256_of_the_raw_body() -> None:
     body = b'{"data":{"id":"x"}}'
     sig = sign(body, SECRET)
@@ -99,6 +100,7 @@ def test_signature_is_hex_hmac_sha256_of_the_raw_body() -> None:
     assert not verify(body, SECRET, "é" * 64)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "body",
     [
@@ -117,6 +119,7 @@ def test_malformed_bodies_are_refused(body: bytes) -> None:
         parse_notification(body)
 
 
+@pytest.mark.fast
 def test_inbox_stores_each_id_once(tmp_path: Path) -> None:
     body = (T49 / "webhooks" / "container.updated.json").read_bytes()
     n = parse_notification(body)
@@ -126,6 +129,7 @@ def test_inbox_stores_each_id_once(tmp_path: Path) -> None:
         assert inbox.counts() == {"stored": 1, "pending": 1, "deliveries": 3}
 
 
+@pytest.mark.fast
 def test_applied_notifications_leave_the_inbox_after_the_kept_days(
     paths: tuple[Path, Path],
 ) -> None:
@@ -244,6 +248,7 @@ def _refresh_api(loopback: Any) -> Any:
     return loopback(handler), container["data"]["id"]
 
 
+@pytest.mark.fast
 def test_every_example_is_applied_to_its_tables(paths: tuple[Path, Path], loopback: Any) -> None:
     duckdb_path, inbox_path = paths
     with Receiver(SECRET, inbox_path) as rx:
@@ -334,6 +339,7 @@ def test_every_example_is_applied_to_its_tables(paths: tuple[Path, Path], loopba
     assert again.notifications == 0 and again.rows == {}
 
 
+@pytest.mark.fast
 def test_an_older_notification_never_overwrites_a_newer_row(paths: tuple[Path, Path]) -> None:
     duckdb_path, inbox_path = paths
     base = orjson.loads((T49 / "webhooks" / "container.updated.json").read_bytes())

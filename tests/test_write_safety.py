@@ -32,6 +32,8 @@ from pipelines.write import writer_lock
 from sandbox.process import SandboxProcess
 from tests.conftest import T49
 
+pytestmark = pytest.mark.sandbox
+
 CLOCK = "2026-11-20T12:00:00Z"
 REPO = Path(__file__).resolve().parents[1]
 

@@ -23,6 +23,7 @@ import polars as pl
 from pipelines.analytics.charges import DAYS_TABLE, PARTIES_TABLE, compute_charges
 from pipelines.analytics.risk import (
     AT_RISK_LEVELS,
+    AT_RISK_SQL,
     LEVELS,
     LFD_COLUMNS,
     SCHEMAS,
@@ -234,7 +235,7 @@ def _sql_views(con: duckdb.DuckDBPyConnection) -> list[str]:
         f"""CREATE OR REPLACE VIEW {A}.at_risk_containers AS
         SELECT row_number() OVER ({URGENCY_ORDER}) AS urgency_rank, *
         FROM {risk}
-        WHERE risk_level IN ('overdue', 'due_today', 'imminent') {URGENCY_ORDER}""",
+        WHERE risk_level IN ({AT_RISK_SQL}) {URGENCY_ORDER}""",
         f"CREATE OR REPLACE VIEW {A}.exposure_by_terminal AS {exposure_sql(risk, TERMINAL_KEYS)}",
         f"CREATE OR REPLACE VIEW {A}.exposure_by_carrier AS {exposure_sql(risk, CARRIER_KEYS)}",
         f"CREATE OR REPLACE VIEW {A}.lfd_calendar AS {lfd_calendar_sql(risk)}",

@@ -1,8 +1,8 @@
 """Demurrage risk per container, as of an instant: polars LazyFrames in and out.
 
 :func:`compute_risk` implements the rules of ``docs/risk-rules.md`` (the README's section
-"Demurrage risk: the rules"); each block of :func:`_rules` is one of them, under the same
-heading. In short:
+"Demurrage risk: the rules" sums them up); each block of :func:`_rules` is one of them, under
+the same heading. In short:
 
 * LFDs are local calendar dates, stored as DATEs by the load (an LFD column still holding
   instants is refused: :class:`UnconvertedLfds`). ``days_to_lfd`` is a difference of local
@@ -37,6 +37,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, timedelta
+from typing import Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
@@ -44,8 +45,13 @@ import polars as pl
 from pipelines.analytics.calendars import WorkingCalendar, working_calendar
 from pipelines.analytics.tariffs import match_tariffs, tier_cost
 
-LEVELS = ("overdue", "due_today", "imminent", "watch", "ok", "unknown", "done")
-AT_RISK_LEVELS = ("overdue", "due_today", "imminent")
+#: The risk levels, most urgent first: the one definition (the tool server's argument type,
+#: the views and the reports take theirs from here).
+Level = Literal["overdue", "due_today", "imminent", "watch", "ok", "unknown", "done"]
+LEVELS: tuple[Level, ...] = get_args(Level)
+AT_RISK_LEVELS: tuple[Level, ...] = ("overdue", "due_today", "imminent")
+#: :data:`AT_RISK_LEVELS` as an SQL list of string literals.
+AT_RISK_SQL = ", ".join(f"'{level}'" for level in AT_RISK_LEVELS)
 DONE_STATUSES = ("picked_up", "delivered", "dropped", "empty_returned")
 STALE_AFTER = timedelta(days=7)
 #: Working days assumed for a blocking hold to clear before pickup (x-ray exam: 2-3 days).
@@ -425,7 +431,7 @@ def _beside(rows: pl.LazyFrame, joined: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _is_inland() -> pl.Expr:
-    """Inland move = any rail evidence (README, "Which LFD binds")."""
+    """Inland move = any rail evidence (docs/risk-rules.md, "Which LFD binds")."""
     evidence = (
         "pod_rail_carrier_scac",
         "pod_rail_loaded_at",
@@ -444,8 +450,9 @@ def _is_inland() -> pl.Expr:
 
 
 def _tariff_keys() -> dict[str, pl.Expr]:
-    """The tariff key of a container (README, "Cost"): carrier, port (of discharge, or the
-    destination for inland moves), equipment (``reefer``, or ``dry`` for everything else)."""
+    """The tariff key of a container (docs/risk-rules.md, "Cost"): carrier, port (of
+    discharge, or the destination for inland moves), equipment (``reefer``, or ``dry`` for
+    everything else)."""
     col = pl.col
     return dict(
         _scac=col("shipping_line_scac"),
@@ -466,7 +473,7 @@ _KEYS = ["_scac", "_port", "_equip"]
 def _with_tariffs(
     rows: pl.LazyFrame, shipments: pl.LazyFrame, tariffs: pl.DataFrame
 ) -> tuple[pl.LazyFrame, dict[str, int]]:
-    """Join each container's demurrage and detention tariff rows (README, "Cost").
+    """Join each container's demurrage and detention tariff rows (docs/risk-rules.md, "Cost").
 
     The columns are those of :func:`match_tariffs` prefixed :data:`DEM` / :data:`DET` (NULL: no
     tariff). Also returns the number of tier columns of each prefix. ``shipments``: the
@@ -542,8 +549,8 @@ def _zone_names(fr: WarehouseFrames) -> list[str]:
 
 
 def _with_zones(rows: pl.LazyFrame, zones: list[str]) -> pl.LazyFrame:
-    """Add the zone of each kind of local date (README, "Dates and zones"), as an Enum of
-    ``zones``; a name that is not a known zone counts as UTC.
+    """Add the zone of each kind of local date (docs/risk-rules.md, "Dates and zones"), as an
+    Enum of ``zones``; a name that is not a known zone counts as UTC.
 
     ``_zone_pod``: the container's ``pod_timezone``, else the shipment's, else UTC.
     ``_zone_dest``: the container's ``final_destination_timezone``, else the shipment's
@@ -895,7 +902,7 @@ def _rules(c: Clock) -> pl.LazyFrame:
 
 def _risk_reason(unknown: pl.Expr) -> pl.Expr:
     """Short phrases joined with "; ": what happened or the LFD, holds, availability,
-    appointment, staleness (README, "Risk level")."""
+    appointment, staleness (docs/risk-rules.md, "Risk level")."""
     # Each phrase is NULL outside its case and reads only its case's rows (its inputs are
     # NULL elsewhere): building strings is the costly part, so no row builds one it drops.
     col = pl.col

@@ -36,12 +36,12 @@ from pipelines.config import DATASET
 from pipelines.history import HISTORY_TABLE, q
 from pipelines.terminal49 import flatten, settings
 from pipelines.terminal49.client import ApiError, Terminal49Client
-from pipelines.warehouse import column_types, reading, table_names
-from pipelines.webhooks.apply import (
+from pipelines.terminal49.settings import (
     TRANSPORT_EVENT_ATTRIBUTES,
     TRANSPORT_EVENT_RELATIONSHIPS,
-    WEBHOOK_TABLE_HINTS,
 )
+from pipelines.warehouse import column_types, reading, table_names
+from pipelines.webhooks.apply import WEBHOOK_TABLE_HINTS
 from pipelines.write import LOADS_TABLE, write, writer_lock
 
 WRITER = "events"
@@ -129,14 +129,14 @@ def containers_needing_events(path: Path, max_containers: int | None = None) -> 
 
 def events_table(resources: list[dict[str, Any]], fetched_at: dt.datetime) -> pa.Table:
     """Transport event resources as rows of ``terminal49.transport_events``."""
-    cols = flatten._resource_columns(
+    cols = flatten.resource_columns(
         resources,
         TRANSPORT_EVENT_ATTRIBUTES,
         TRANSPORT_EVENT_RELATIONSHIPS,
         derived=["notification_id"],
     )
     cols["notification_id"] = pa.array([None] * len(resources), pa.string())
-    return flatten._table(resources, cols, fetched_at)
+    return flatten.resource_table(resources, cols, fetched_at)
 
 
 @dlt.source(name="terminal49_transport_events", max_table_nesting=0)

@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
-from pipelines.config import DEFAULT_STALL_SECONDS, ApiSettings
+from pipelines.config import DEFAULT_RATE_LIMIT_PER_MINUTE, DEFAULT_STALL_SECONDS, ApiSettings
 from pipelines.terminal49 import settings
 from pipelines.terminal49._ratelimit import (
     RollingWindowLimiter,
@@ -216,7 +216,7 @@ class Terminal49Client:
         base_url: str,
         api_key: str,
         *,
-        rate_limit_per_minute: float | None = 100,
+        rate_limit_per_minute: float | None = DEFAULT_RATE_LIMIT_PER_MINUTE,
         concurrency: int = settings.DEFAULT_CONCURRENCY,
         transport: httpx.BaseTransport | None = None,
         max_attempts: int = settings.MAX_ATTEMPTS,

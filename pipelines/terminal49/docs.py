@@ -1,7 +1,7 @@
 """Table and column comments, written into DuckDB so analysts find fields from SQL.
 
 ``SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = 'terminal49'`` and
-``duckdb_columns()`` show them. The README's schema section is generated from the same text.
+``duckdb_columns()`` show them. The README's section "The warehouse" sums up the tables.
 """
 
 from __future__ import annotations

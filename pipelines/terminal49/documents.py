@@ -81,22 +81,22 @@ DOCUMENT_TABLE_HINTS: dict[str, dict[str, Any]] = {
 
 def documents_table(records: Sequence[flatten.Resource], fetched_at: dt.datetime) -> pa.Table:
     """One row per document: attributes, relationship ids, ``download_path`` (links.download)."""
-    cols = flatten._resource_columns(
+    cols = flatten.resource_columns(
         records, DOCUMENT_ATTRIBUTES, DOCUMENT_RELATIONSHIPS, derived=["download_path"]
     )
     cols["download_path"] = pa.array(
         [(r.get("links") or {}).get("download") for r in records], pa.string()
     )
-    return flatten._table(records, cols, fetched_at)
+    return flatten.resource_table(records, cols, fetched_at)
 
 
 def email_submissions_table(
     records: Sequence[flatten.Resource], fetched_at: dt.datetime
 ) -> pa.Table:
-    cols = flatten._resource_columns(
+    cols = flatten.resource_columns(
         records, EMAIL_SUBMISSION_ATTRIBUTES, EMAIL_SUBMISSION_RELATIONSHIPS
     )
-    return flatten._table(records, cols, fetched_at)
+    return flatten.resource_table(records, cols, fetched_at)
 
 
 def representations_table(
@@ -106,13 +106,13 @@ def representations_table(
 ) -> pa.Table:
     """Representations with their document's id (from the representation's own ``document``
     relationship, else from the document whose ``last_document_representation`` it is)."""
-    cols = flatten._attribute_columns(records, REPRESENTATION_ATTRIBUTES, derived=["document_id"])
-    own = flatten._relationship_ids(records, ("document",))["document_id"].to_pylist()
+    cols = flatten.attribute_columns(records, REPRESENTATION_ATTRIBUTES, derived=["document_id"])
+    own = flatten.relationship_ids(records, ("document",))["document_id"].to_pylist()
     by_rep = document_ids or {}
     cols["document_id"] = pa.array(
         [o or by_rep.get(str(r["id"])) for o, r in zip(own, records, strict=True)], pa.string()
     )
-    return flatten._table(records, cols, fetched_at)
+    return flatten.resource_table(records, cols, fetched_at)
 
 
 def representation_owners(documents: Sequence[flatten.Resource]) -> dict[str, str]:

@@ -182,7 +182,7 @@ def _timestamp_column(name: str, text: pa.Array, kind: pa.DataType) -> dict[str,
         return _timestamps_one_by_one(name, text.to_pylist(), kind)
 
 
-def _attribute_columns(
+def attribute_columns(
     records: Sequence[Resource],
     known: Mapping[str, pa.DataType | str],
     skip: Iterable[str] = (),
@@ -247,23 +247,23 @@ def _column_names(keys: Sequence[str], taken: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def _resource_columns(
+def resource_columns(
     records: Sequence[Resource],
     known: Mapping[str, pa.DataType | str],
     relationships: Sequence[str],
     derived: Iterable[str] = (),
 ) -> dict[str, pa.Array]:
-    """The attributes (:func:`_attribute_columns`), then ``<name>_id`` per relationship
-    (:func:`_relationship_ids`). No undeclared attribute takes a relationship id's name, nor one
+    """The attributes (:func:`attribute_columns`), then ``<name>_id`` per relationship
+    (:func:`relationship_ids`). No undeclared attribute takes a relationship id's name, nor one
     of ``derived``: the columns the caller adds after these."""
-    cols = _attribute_columns(
+    cols = attribute_columns(
         records, known, derived=(*(f"{r}_id" for r in relationships), *derived)
     )
-    cols.update(_relationship_ids(records, relationships))
+    cols.update(relationship_ids(records, relationships))
     return cols
 
 
-def _relationship_ids(records: Sequence[Resource], names: Iterable[str]) -> dict[str, pa.Array]:
+def relationship_ids(records: Sequence[Resource], names: Iterable[str]) -> dict[str, pa.Array]:
     """``<name>_id`` per relationship: the related id of a to-one relationship, else NULL."""
     ids: dict[str, list[str | None]] = {name: [] for name in names}
     for r in records:  # one pass over the records, every relationship at once
@@ -288,9 +288,11 @@ def _instants(fetched_at: Fetched, records_of_rows: Sequence[int]) -> pa.Array:
     return fetched_at.take(pa.array(records_of_rows, pa.int64()))
 
 
-def _table(
+def resource_table(
     records: Sequence[Resource], cols: dict[str, pa.Array], fetched_at: dt.datetime
 ) -> pa.Table:
+    """The table of ``records``: ``id`` (never NULL) and ``type``, then ``cols`` (from
+    :func:`resource_columns`, say), then ``fetched_at``."""
     n = len(records)
     base = {
         "id": pa.array([str(r["id"]) for r in records], pa.string()),
@@ -418,7 +420,7 @@ def containers_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa
     attrs = [_attributes(r) for r in records]
     readers = {name: _lfd_attribute(name, attrs) for name in settings.LFD_ATTRIBUTES}
     readers["import_deadlines"] = _import_deadlines(attrs)
-    cols = _attribute_columns(
+    cols = attribute_columns(
         records,
         settings.CONTAINER_ATTRIBUTES,
         skip=settings.CONTAINER_CHILD_ARRAYS,
@@ -429,8 +431,8 @@ def containers_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa
         cols[f"{array_name}_known"] = pa.array(
             [a.get(array_name) is not None for a in attrs], pa.bool_()
         )
-    cols.update(_relationship_ids(records, settings.CONTAINER_RELATIONSHIPS))
-    return _table(records, cols, fetched_at)
+    cols.update(relationship_ids(records, settings.CONTAINER_RELATIONSHIPS))
+    return resource_table(records, cols, fetched_at)
 
 
 def _child_table(
@@ -502,7 +504,7 @@ def fees_table(records: Sequence[Resource], fetched_at: Fetched) -> pa.Table:
 
 def shipments_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
     """One row per shipment: attributes and relationship ids (``<relationship>_id``)."""
-    cols = _resource_columns(
+    cols = resource_columns(
         records,
         settings.SHIPMENT_ATTRIBUTES,
         settings.SHIPMENT_RELATIONSHIPS,
@@ -517,18 +519,19 @@ def shipments_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.
         ],
         pa.string(),
     )
-    return _table(records, cols, fetched_at)
+    return resource_table(records, cols, fetched_at)
 
 
 def terminals_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
     """Terminals and rail terminals from ``included``, with their port id."""
-    cols = _resource_columns(records, settings.TERMINAL_ATTRIBUTES, settings.TERMINAL_RELATIONSHIPS)
-    return _table(records, cols, fetched_at)
+    cols = resource_columns(records, settings.TERMINAL_ATTRIBUTES, settings.TERMINAL_RELATIONSHIPS)
+    return resource_table(records, cols, fetched_at)
 
 
 def ports_table(records: Sequence[Resource], fetched_at: dt.datetime) -> pa.Table:
     """Ports and metro areas from ``included``."""
-    return _table(records, _attribute_columns(records, settings.PORT_ATTRIBUTES), fetched_at)
+    cols = attribute_columns(records, settings.PORT_ATTRIBUTES)
+    return resource_table(records, cols, fetched_at)
 
 
 #: DuckDB column types the warehouse may hold, as the Arrow types a page's columns arrive in.

@@ -10,9 +10,9 @@ says when the count and the pages disagree (:attr:`ScanStats.warnings`).
 
 Containers are ordered "most recently refreshed first": a container refreshed while a client
 pages jumps to page 1, so an offset scan can skip it (and see another twice). After the pass,
-the scan re-reads from page 1 (concurrently too) until it has seen as many distinct ids as
-``meta.total`` reports. Duplicates are fine downstream (the newest fetch wins on merge); a
-missing record is not.
+the scan re-reads from page 1 until it has seen as many distinct ids as ``meta.total``
+reports, asking at a time only for the front pages the missing records can fill. Duplicates
+are fine downstream (the newest fetch wins on merge); a missing record is not.
 """
 
 from __future__ import annotations
@@ -113,7 +113,6 @@ class ListScan:
         self._parse = functools.partial(_parse_now, kind, claims)
         self._reported = False  # whether any page carried a usable meta.total
         self._duplicates = 0
-        self._ended = False  # a reconciliation pass reached the end of the list
 
     def _params(self, number: int) -> dict[str, Any]:
         params: dict[str, Any] = {"page[number]": number, "page[size]": self.page_size}
@@ -186,14 +185,11 @@ class ListScan:
         return self._reported and self.stats.distinct < self.stats.total
 
     def _reconcile(self) -> Iterator[ParsedPage]:
-        """Re-read from the front, concurrently, until every promised record has been seen."""
+        """Re-read from the front until every promised record has been seen."""
         for _ in range(self.max_reconcile_passes):
             if not self._missing():
                 return
-            self._ended = False
-            for page in self._fetch_many(self._front(), reconciling=True):
-                yield page
-                self._ended = self._ended or not page.ids or not page.has_next
+            yield from self._front()
         if self._missing():
             raise ScanIncomplete(
                 f"{self.path}: saw {self.stats.distinct} distinct records of the "
@@ -201,13 +197,27 @@ class ListScan:
                 "reconciliation passes"
             )
 
-    def _front(self) -> Iterator[dict[str, Any]]:
-        """Parameters of pages 1, 2, ... while records are missing and the list goes on; read
-        lazily as pages come back, so a pass stops soon after the last missing record."""
+    def _front(self) -> Iterator[ParsedPage]:
+        """One pass over pages 1, 2, ... while records are missing and the list goes on.
+
+        A record the pass skipped was refreshed meanwhile and moved to the front, so the
+        missing records fill at least the first ``ceil(missing / size)`` pages: each batch asks
+        for only as many pages as the records still missing can fill (concurrently), then
+        counts again. With fewer missing records than a page holds, that is one page at a time.
+        """
         number = 1
-        while self._missing() and not self._ended and number <= self._page_count():
-            yield self._params(number)
-            number += 1
+        while self._missing() and number <= self._page_count():
+            missing = self.stats.total - self.stats.distinct
+            last = min(number + math.ceil(missing / self.size), self._page_count() + 1)
+            ended = False
+            for page in self._fetch_many(
+                (self._params(n) for n in range(number, last)), reconciling=True
+            ):
+                yield page
+                ended = ended or not page.ids or not page.has_next
+            if ended:
+                return
+            number = last
 
     def _page_count(self) -> int:
         return max(1, math.ceil(self.stats.total / self.size))

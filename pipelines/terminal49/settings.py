@@ -203,6 +203,37 @@ PORT_ATTRIBUTES: dict[str, pa.DataType | str] = {
 }
 PORT_TYPES = ("port", "metro_area")
 
+# Transport and estimated events (webhook notifications and /containers/{id}/transport_events).
+TRANSPORT_EVENT_ATTRIBUTES: dict[str, pa.DataType | str] = {
+    "event": pa.string(),
+    "timestamp": TS,
+    "timezone": pa.string(),
+    "location_locode": pa.string(),
+    "voyage_number": pa.string(),
+    "data_source": pa.string(),
+    "value": pa.string(),
+    "created_at": TS,
+    "invalidated_at": TS,
+}
+TRANSPORT_EVENT_RELATIONSHIPS = (
+    "container",
+    "shipment",
+    "previous_version",
+    "vessel",
+    "location",
+    "terminal",
+)
+ESTIMATED_EVENT_ATTRIBUTES: dict[str, pa.DataType | str] = {
+    "event": pa.string(),
+    "estimated_timestamp": TS,
+    "timezone": pa.string(),
+    "location_locode": pa.string(),
+    "voyage_number": pa.string(),
+    "data_source": pa.string(),
+    "created_at": TS,
+}
+ESTIMATED_EVENT_RELATIONSHIPS = ("shipment", "port", "vessel")
+
 HOLD_COLUMNS = ("name", "status", "description")
 FEE_COLUMNS = ("type", "amount", "currency_code")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -17,14 +17,19 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.analytics import risk as risk_module
+from pipelines.analytics.risk import AT_RISK_LEVELS, Level
 from pipelines.analytics.tariffs import load_tariffs
 from pipelines.history import evidence
 from pipelines.toolserver import queries
 from pipelines.toolserver.snapshot import Snapshot, SnapshotReader
-from pipelines.toolserver.sqlsafe import DEFAULT_MAX_ROWS, SqlRefused, run_query
+from pipelines.toolserver.sqlsafe import (
+    DEFAULT_MAX_ROWS,
+    DEFAULT_TIMEOUT_SECONDS,
+    SqlRefused,
+    run_query,
+)
 from pipelines.warehouse import WarehouseError
 
-Level = Literal["overdue", "due_today", "imminent", "watch", "ok", "unknown", "done"]
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 INSTRUCTIONS = (
     "freetime's warehouse of ocean containers: demurrage risk from local LFDs, holds and "
@@ -124,16 +129,18 @@ def _answer(
 
 
 def risk_rules_text() -> str:
-    """The risk rules, as the risk engine's module documentation states them."""
-    doc = risk_module.__doc__ or ""
-    return doc.split("\nPerformance")[0].strip() + "\n"
+    """The risk rules as the risk engine's module docstring states them: its paragraphs up to
+    and including the list of rules (what follows says how they are computed)."""
+    paragraphs = (risk_module.__doc__ or "").strip().split("\n\n")
+    rules = next((i for i, p in enumerate(paragraphs) if p.startswith("* ")), len(paragraphs))
+    return "\n\n".join(paragraphs[: rules + 1]) + "\n"
 
 
 def build_server(
     duckdb_path: Path,
     *,
     row_cap: int = DEFAULT_MAX_ROWS,
-    sql_timeout: float = 10.0,
+    sql_timeout: float = DEFAULT_TIMEOUT_SECONDS,
     reader: SnapshotReader | None = None,
 ) -> tuple[MCPServer, SnapshotReader]:
     """The MCP server over the warehouse at ``duckdb_path`` and the reader it answers from
@@ -148,7 +155,7 @@ def build_server(
     def containers_at_risk(
         level: Annotated[
             list[Level] | None,
-            Field(description="Risk levels (default overdue, due_today, imminent)."),
+            Field(description=f"Risk levels (default {', '.join(AT_RISK_LEVELS)})."),
         ] = None,
         terminal: Annotated[
             str | None, Field(description="Terminal name (part of it, any case) or firms code.")
@@ -311,8 +318,7 @@ def build_server(
         cap = min(max_rows, row_cap)
 
         def run(snap: Snapshot) -> dict[str, Any]:
-            with snap.con.cursor() as cur:
-                res = run_query(cur, sql, max_rows=cap, timeout_seconds=sql_timeout)
+            res = run_query(snap.path, sql, max_rows=cap, timeout_seconds=sql_timeout)
             return {
                 "columns": res.columns,
                 "types": res.types,

@@ -72,6 +72,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def open_snapshot(path: Path) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to the snapshot at ``path`` with :data:`SAFE_CONFIG`, its time
+    zone UTC and its configuration locked (cursors inherit all of it)."""
+    con = duckdb.connect(str(path), read_only=True, config=SAFE_CONFIG)
+    # GLOBAL: cursors are new connections to the same database and inherit these.
+    con.execute("SET GLOBAL TimeZone = 'UTC'")
+    con.execute("SET GLOBAL lock_configuration = true")
+    return con
+
+
 class WarehouseBusy(WarehouseError):
     """No snapshot yet and a writer held the warehouse for the whole wait."""
 
@@ -201,11 +211,7 @@ class SnapshotReader:
                 rw.execute("CHECKPOINT")
             finally:
                 rw.close()
-        con = duckdb.connect(str(dst), read_only=True, config=SAFE_CONFIG)
-        # GLOBAL: cursors are new connections to the same database and inherit these.
-        con.execute("SET GLOBAL TimeZone = 'UTC'")
-        con.execute("SET GLOBAL lock_configuration = true")
-        return Snapshot(dst, signature, time.time(), con)
+        return Snapshot(dst, signature, time.time(), open_snapshot(dst))
 
     def _install(self, snap: Snapshot) -> None:
         with self._lock:

@@ -57,6 +57,12 @@ from pipelines.terminal49.documents import (
     representation_owners,
     representations_table,
 )
+from pipelines.terminal49.settings import (
+    ESTIMATED_EVENT_ATTRIBUTES,
+    ESTIMATED_EVENT_RELATIONSHIPS,
+    TRANSPORT_EVENT_ATTRIBUTES,
+    TRANSPORT_EVENT_RELATIONSHIPS,
+)
 from pipelines.webhooks.inbox import (
     Inbox,
     InboxRow,
@@ -73,36 +79,6 @@ NOTIFICATIONS_PATH = "/webhook_notifications"
 BATCH_NOTIFICATIONS = 5_000
 
 TS = settings.TS
-
-TRANSPORT_EVENT_ATTRIBUTES: dict[str, pa.DataType | str] = {
-    "event": pa.string(),
-    "timestamp": TS,
-    "timezone": pa.string(),
-    "location_locode": pa.string(),
-    "voyage_number": pa.string(),
-    "data_source": pa.string(),
-    "value": pa.string(),
-    "created_at": TS,
-    "invalidated_at": TS,
-}
-TRANSPORT_EVENT_RELATIONSHIPS = (
-    "container",
-    "shipment",
-    "previous_version",
-    "vessel",
-    "location",
-    "terminal",
-)
-ESTIMATED_EVENT_ATTRIBUTES: dict[str, pa.DataType | str] = {
-    "event": pa.string(),
-    "estimated_timestamp": TS,
-    "timezone": pa.string(),
-    "location_locode": pa.string(),
-    "voyage_number": pa.string(),
-    "data_source": pa.string(),
-    "created_at": TS,
-}
-ESTIMATED_EVENT_RELATIONSHIPS = ("shipment", "port", "vessel")
 
 #: Tables written only by webhooks, with their dlt hints (merge rules: pipelines.write.MERGES).
 WEBHOOK_TABLE_HINTS: dict[str, dict[str, Any]] = {
@@ -366,11 +342,9 @@ class _Batch:
                     if table == "transport_events"
                     else ESTIMATED_EVENT_RELATIONSHIPS
                 )
-                cols = flatten._resource_columns(
-                    resources, known, rels, derived=["notification_id"]
-                )
+                cols = flatten.resource_columns(resources, known, rels, derived=["notification_id"])
                 cols["notification_id"] = pa.array([n for _, _, n in recs], pa.string())
-                flat = flatten._table(resources, cols, epoch)
+                flat = flatten.resource_table(resources, cols, epoch)
             elif table == "document_representations":
                 owners = representation_owners(
                     [r for (kind, _), (_, r, _) in self.records.items() if kind == "document"]
