@@ -122,7 +122,7 @@ def changes_since(previous: str | None, rows: Sequence[Mapping[str, Any]]) -> Ch
         return Changes()
     before: dict[str, list[str]] = json.loads(previous)
     out = Changes(first=False)
-    rank = {lv: i for i, lv in enumerate(AT_RISK_LEVELS)}
+    rank: dict[str, int] = {lv: i for i, lv in enumerate(AT_RISK_LEVELS)}
     now_ids = set()
     for r in rows:
         now_ids.add(r["container_id"])

@@ -91,7 +91,7 @@ REQUIRED = {"containers": ("id",)}
 _TS_TYPES = ("TIMESTAMP WITH TIME ZONE", "TIMESTAMP")
 
 
-def _check_types(table: str, types: dict[str, str]) -> None:
+def check_types(table: str, types: dict[str, str]) -> None:
     """Raise :class:`WarehouseIncompatible` naming each missing required column and each column
     whose type compute_risk cannot read (an instant that is not a timestamp, a number or flag
     that is text...)."""
@@ -157,7 +157,7 @@ def read_warehouse(
     frames: dict[str, pl.LazyFrame] = {}
     for table, schema in SCHEMAS.items():
         if table in have:
-            _check_types(table, have[table])
+            check_types(table, have[table])
         cols = [c for c in schema if c in have.get(table, {})]
         if not cols:
             frames[table] = conform(None, table)

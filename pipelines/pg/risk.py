@@ -25,7 +25,7 @@ from pipelines.analytics.publish import (
     URGENCY_ORDER,
     RiskSummary,
     WarehouseIncompatible,
-    _check_types,
+    check_types,
 )
 from pipelines.analytics.risk import (
     AT_RISK_LEVELS,
@@ -96,7 +96,7 @@ def read_warehouse(cur: Any) -> WarehouseFrames:
     frames: dict[str, pl.LazyFrame] = {}
     for table, schema in SCHEMAS.items():
         if table in have:
-            _check_types(table, have[table])
+            check_types(table, have[table])
         cols = [c for c in schema if c in have.get(table, {})]
         if not cols:
             frames[table] = conform(None, table)
