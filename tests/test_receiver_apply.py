@@ -1,7 +1,9 @@
 """The receiver applies what it stores, in seconds (real processes, real HTTP).
 
 - the sandbox delivers after its clock moves; with nothing else run, every notification is in
-  the warehouse, and risk is republished over the containers it changed, within 10 s;
+  the warehouse, and risk is republished over the containers it changed, within 10 s, and the
+  alerts that risk run raised reach their destination (a real HTTP server) without any other
+  command;
 - with another writer holding the warehouse, deliveries are still acknowledged at once and
   applied once it lets go; a receiver killed between store and apply loses nothing.
 """
@@ -28,6 +30,7 @@ from pipelines.webhooks.receiver import PATH
 from pipelines.webhooks.signing import sign
 from pipelines.write import writer_lock
 from sandbox.process import SandboxProcess
+from tests.alerts_servers import start_hooks
 from tests.conftest import FIXTURES
 from tests.test_side_by_side import _free_port
 from tests.test_webhooks import post
@@ -74,13 +77,18 @@ def test_delivered_notifications_and_their_risk_reach_the_warehouse_within_10s(
     publish_risk(db)
     port = _free_port()
     hook = sb.register_webhook(f"http://127.0.0.1:{port}{PATH}")
+    desk = start_hooks()  # the desk's alert destination: a generic JSON webhook
     log = (tmp_path / "receiver.log").open("wb")
     proc, url = start_receiver_process(
         hook["attributes"]["secret"],
         inbox,
         port=port,
         duckdb=db,
-        env={"TERMINAL49_API_KEY": sb.api_key, "TERMINAL49_BASE_URL": sb.base_url},
+        env={
+            "TERMINAL49_API_KEY": sb.api_key,
+            "TERMINAL49_BASE_URL": sb.base_url,
+            "FREETIME_ALERT_URLS": f"json://{desk.netloc}/desk",
+        },
         stderr=log,
     )
     try:
@@ -108,10 +116,21 @@ def test_delivered_notifications_and_their_risk_reach_the_warehouse_within_10s(
         assert health["backlog"] == 0 and health["oldest_unapplied_age_s"] is None
         assert health["applier"]["notifications"] >= len(delivered)
         assert health["applier"]["risk_runs"] >= 1
+
+        def raised() -> set[str]:
+            rows = _rows(db, "SELECT alert_key FROM analytics.alert_outbox")
+            return {r[0] for r in rows}
+
+        def delivered_alerts() -> set[str]:
+            return {b["idempotency_key"] for b in desk.bodies("/desk")}
+
+        assert raised(), "moving the clock 6 hours raised no alert: the check below is empty"
+        _within(20, lambda: raised() <= delivered_alerts(), "every raised alert delivered")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         sb.delete_webhook(hook["id"])
+        desk.close()
         log.close()
         print((tmp_path / "receiver.log").read_text())  # shown when the test fails
     lines = (tmp_path / "receiver.log").read_text().splitlines()

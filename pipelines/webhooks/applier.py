@@ -13,6 +13,9 @@ warehouse):
 - storing and acknowledging never wait for it: it runs beside the receiver's event loop, and
   a failure (a warehouse locked by a notebook, an API down) is reported in one line and
   retried later; nothing stored is lost (the inbox keeps it until applied);
+- the alerts a risk run raised are delivered at once (:func:`pipelines.alerts.send_pending`)
+  by a sender thread of their own, so a slow or broken channel never delays the next batch;
+  a delivery that fails stays pending for the next pass (or the flows' send step);
 - ``report`` gets one line per applied batch; :meth:`Applier.state` is what ``/healthz``
   shows.
 """
@@ -39,6 +42,8 @@ log = logging.getLogger("freetime.webhooks")
 BATCH = 500
 #: Tables whose rows feed the risk: a batch that wrote any republishes it.
 RISK_TABLES = ("containers", "container_holds", "container_fees", "shipments")
+#: No new alert message is started after this many seconds of a pass; the rest goes next pass.
+SEND_BUDGET_SECONDS = 60.0
 
 
 @dataclass
@@ -48,6 +53,7 @@ class ApplierState:
     batches: int = 0
     notifications: int = 0
     risk_runs: int = 0
+    alerts_sent: int = 0
     last_applied_at: str | None = None
     last_error: str | None = None
 
@@ -66,6 +72,7 @@ class Applier:
         gather_seconds: float = 0.2,
         retry_seconds: float = 5.0,
         risk: bool = True,
+        alerts: bool = True,
         report: Callable[[str], None] = lambda line: log.info("%s", line),
     ) -> None:
         self.duckdb_path = duckdb_path
@@ -76,11 +83,14 @@ class Applier:
         self.gather_seconds = gather_seconds
         self.retry_seconds = retry_seconds
         self.risk = risk
+        self.alerts = alerts and risk
         self.report = report
         self._state = ApplierState()
         self._wake = threading.Event()
+        self._send_wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._sender: threading.Thread | None = None
 
     def wake(self) -> None:
         """Something new is in the inbox (called from the receiver's inbox writer)."""
@@ -92,6 +102,9 @@ class Applier:
     def start(self) -> Applier:
         self._thread = threading.Thread(target=self._run, name="inbox-applier", daemon=True)
         self._thread.start()
+        if self.alerts:
+            self._sender = threading.Thread(target=self._send, name="alert-sender", daemon=True)
+            self._sender.start()
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -99,9 +112,11 @@ class Applier:
         lock does not hold the process up past ``timeout``)."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        self._send_wake.set()
+        for thread in (self._thread, self._sender):
+            if thread is not None:
+                thread.join(timeout)
+        self._thread = self._sender = None
 
     def _run(self) -> None:
         client = None
@@ -156,6 +171,8 @@ class Applier:
         state.batches += 1
         state.notifications += summary.notifications
         state.risk_runs += risk
+        if risk:
+            self._send_wake.set()
         state.last_applied_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         state.last_error = None
         changed = summary.rows.get("containers", 0)
@@ -177,3 +194,22 @@ class Applier:
             except WarehouseMissing:  # webhooks before any load: no containers table yet
                 return False
         return True
+
+    def _send(self) -> None:
+        """Deliver pending alerts each time a risk run may have raised some."""
+        from pipelines.alerts import send_pending  # Apprise: only in a receiver that applies
+
+        while True:
+            self._send_wake.wait()
+            self._send_wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                summary = send_pending(self.duckdb_path, budget_seconds=SEND_BUDGET_SECONDS)
+            except Exception as exc:  # a broken alerts.toml, a locked file: said, retried later
+                self.report(f"alerts not sent: {exc}")
+                continue
+            for result in summary.results:
+                self._state.alerts_sent += result.sent
+                if result.error or result.sent:
+                    self.report(f"alerts: {result.line()}")
