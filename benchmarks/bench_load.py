@@ -5,7 +5,7 @@ Run: uv run python benchmarks/bench_load.py [--only speed|sync|paced] [--sizes 1
 
 - ``speed``: per account size, the best of ``--repeat`` full loads against the best bare httpx
   download of the same pages (same paging, same concurrency), alternately against one sandbox,
-  and the loader's peak RSS. Guards: 100,000 containers at most 1.6 x the bare download; peak
+  and the loader's peak RSS. Guards: 100,000 containers at most 2.5 x the bare download; peak
   RSS under 600 MB at 1,000,000 (``--sizes 1000000``). Where a load's time goes: the load's
   own scan with nothing written (``scan_alone_s``), and per load the extraction (the scan
   feeding dlt, ``extract_s``) and everything after it (``write_s``: dlt's load into the
