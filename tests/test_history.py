@@ -351,6 +351,31 @@ def test_eta_reliability_by_hand(tmp_path: Path) -> None:
 
 
 @pytest.mark.fast
+def test_views_are_made_before_any_shipment_arrived(tmp_path: Path) -> None:
+    """A load writes no column that no record has filled: with no shipment arrived yet there is
+    no ``pod_ata_at`` (nor a carrier), and the views (made by every risk run) are made all the
+    same; the ETA view is empty."""
+    from pipelines.history import ensure_table
+    from pipelines.history.views import create_views
+
+    path = tmp_path / "early.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE SCHEMA terminal49")
+        con.execute(
+            "CREATE TABLE terminal49.containers (id VARCHAR, number VARCHAR, pod_timezone VARCHAR)"
+        )
+        con.execute("CREATE TABLE terminal49.shipments (id VARCHAR, pod_eta_at TIMESTAMPTZ)")
+        con.execute("INSERT INTO terminal49.shipments VALUES ('A', '2030-02-01 00:00:00+00')")
+        ensure_table(con)
+        con.execute(
+            "INSERT INTO terminal49.history VALUES ('shipment', 'A', 'pod_eta_at', NULL, "
+            "'2030-02-01T00:00:00Z', '2030-01-20', NULL, 'full', NULL, 'l1')"
+        )
+        create_views(con)
+    assert view(path, "eta_reliability", "") == []
+
+
+@pytest.mark.fast
 def test_binding_lfd_changes_are_recorded_after_a_risk_run(tmp_path: Path) -> None:
     """Crafted risk runs: the binding LFD posted, unchanged, then moved two days later by the
     POD facility; each change once, with its basis, in lfd_changes."""

@@ -119,8 +119,9 @@ def create_views(con: duckdb.DuckDBPyConnection) -> None:
           AND NOT (ends_with(h.field, '_selection') OR ends_with(h.field, '_manual'))
     """)
     _charge_views(con, h, cols)
-    if _columns(con, "shipments"):
-        _eta_view(con, h)
+    shipments = _columns(con, "shipments")
+    if shipments:
+        _eta_view(con, h, shipments)
 
 
 def _charge_views(con: duckdb.DuckDBPyConnection, h: str, cols: Mapping[str, str]) -> None:
@@ -169,7 +170,12 @@ def _charge_views(con: duckdb.DuckDBPyConnection, h: str, cols: Mapping[str, str
     """)
 
 
-def _eta_view(con: duckdb.DuckDBPyConnection, h: str) -> None:
+def _eta_view(con: duckdb.DuckDBPyConnection, h: str, shipments: Mapping[str, str]) -> None:
+    # a column no load has filled yet (no shipment arrived) reads as NULL: the view stays
+    def s(name: str, null_type: str = "VARCHAR") -> str:
+        return f"s.{name}" if name in shipments else f"CAST(NULL AS {null_type})"
+
+    ata = s("pod_ata_at", "TIMESTAMPTZ")
     con.execute(f"""
         CREATE OR REPLACE VIEW {D}.eta_reliability AS
         WITH first_eta AS (
@@ -180,13 +186,13 @@ def _eta_view(con: duckdb.DuckDBPyConnection, h: str) -> None:
               AND new_value IS NOT NULL
             GROUP BY entity_id
         ), per_shipment AS (
-            SELECT s.id AS shipment_id, s.shipping_line_scac AS carrier_scac,
-                   s.port_of_discharge_locode AS port_locode,
-                   CAST(date_trunc('month', timezone('UTC', s.pod_ata_at)) AS DATE)
+            SELECT s.id AS shipment_id, {s("shipping_line_scac")} AS carrier_scac,
+                   {s("port_of_discharge_locode")} AS port_locode,
+                   CAST(date_trunc('month', timezone('UTC', {ata})) AS DATE)
                      AS arrival_month,
-                   date_diff('minute', f.first_eta_at, s.pod_ata_at) / 1440.0 AS error_days
+                   date_diff('minute', f.first_eta_at, {ata}) / 1440.0 AS error_days
             FROM {D}.shipments s JOIN first_eta f ON f.shipment_id = s.id
-            WHERE s.pod_ata_at IS NOT NULL AND f.first_eta_seen_at < s.pod_ata_at
+            WHERE {ata} IS NOT NULL AND f.first_eta_seen_at < {ata}
         )
         SELECT carrier_scac, port_locode, arrival_month, count(*) AS shipments,
                round(avg(error_days), 2) AS mean_delay_days,
