@@ -44,8 +44,7 @@ from pipelines.config import ApiSettings  # noqa: E402
 from pipelines.load import run_load  # noqa: E402
 from pipelines.webhooks.receiver import PATH  # noqa: E402
 from sandbox.process import SandboxProcess  # noqa: E402
-from tests.alerts_servers import start_smtp  # noqa: E402
-from tests.test_side_by_side import _free_port  # noqa: E402
+from tests.alerts_servers import free_port, start_smtp  # noqa: E402
 
 TARGET_P95_S = 60.0
 ROUND_WAIT_S = 120.0
@@ -108,7 +107,7 @@ def main() -> None:
                 f"set-up: {args.containers:,} containers loaded and risk published in "
                 f"{time.perf_counter() - t0:.1f} s; receiver log {log_path}"
             )
-            port = _free_port()
+            port = free_port()
             hook = sb.register_webhook(f"http://127.0.0.1:{port}{PATH}")
             proc, _ = start_receiver_process(
                 hook["attributes"]["secret"],
