@@ -15,7 +15,6 @@ import hashlib
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -24,6 +23,7 @@ from psycopg2.extensions import cursor as Cursor
 
 from pipelines.config import Warehouse, resolve_writer_wait
 from pipelines.pg.connection import connect
+from pipelines.publish.lock import HeldLocks
 
 log = logging.getLogger("freetime.pg.lock")
 
@@ -32,8 +32,7 @@ log = logging.getLogger("freetime.pg.lock")
 WRITER_KEY = int.from_bytes(hashlib.sha256(b"freetime.writer").digest()[:8], "big") >> 1
 PREFIX = "freetime writer: "
 
-_held: dict[str, int] = {}  # warehouse display form -> depth, for nested steps of one process
-_held_guard = threading.Lock()
+_held = HeldLocks()  # by the warehouse's display form: nested steps of one process
 
 
 def _busy() -> type[Exception]:
@@ -53,35 +52,25 @@ def writer_lock(
     :func:`pipelines.write.writer_lock` (say once whom we wait for, ``WriterBusy`` after
     ``wait_seconds``, re-entrant within a process)."""
     key = warehouse.display
-    with _held_guard:
-        nested = key in _held
+    with _held.nested(key) as nested:
         if nested:
-            _held[key] += 1
-    if nested:
-        try:
             yield
-        finally:
-            with _held_guard:
-                _held[key] -= 1
-        return
-    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-    name = f"{PREFIX}{what} pid {os.getpid()} on {socket.gethostname()[:16]} at {started}"
-    con = connect(warehouse, autocommit=True, application=name)
-    try:
-        wait = resolve_writer_wait(wait_seconds)
-        _acquire(con, wait, on_wait or (lambda line: log.warning("%s", line)))
-        with _held_guard:
-            _held[key] = 1
+            return
+        started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        name = f"{PREFIX}{what} pid {os.getpid()} on {socket.gethostname()[:16]} at {started}"
+        con = connect(warehouse, autocommit=True, application=name)
         try:
-            yield
+            wait = resolve_writer_wait(wait_seconds)
+            _acquire(con, wait, on_wait or (lambda line: log.warning("%s", line)))
+            try:
+                with _held.holding(key):
+                    yield
+            finally:
+                # a lost session has released it already
+                with contextlib.suppress(Exception), con.cursor() as cur:
+                    cur.execute("SELECT pg_advisory_unlock(%s)", [WRITER_KEY])
         finally:
-            with _held_guard:
-                del _held[key]
-            # a lost session has released it already
-            with contextlib.suppress(Exception), con.cursor() as cur:
-                cur.execute("SELECT pg_advisory_unlock(%s)", [WRITER_KEY])
-    finally:
-        con.close()
+            con.close()
 
 
 def _acquire(con: Connection, wait_seconds: float, on_wait: Callable[[str], None]) -> None:

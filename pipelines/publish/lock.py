@@ -48,10 +48,43 @@ class WriterLock(Protocol):
     ) -> contextlib.AbstractContextManager[None]: ...
 
 
-# lock file -> depth, per thread: a thread that publishes in nested steps takes it once; another
-# thread of the process waits like another process would
-_held: dict[tuple[Path, int], int] = {}
-_held_guard = threading.Lock()
+class HeldLocks:
+    """The writer locks this process holds, by key, with their depth: a step nested inside
+    another step's hold takes nothing more (every warehouse's lock uses one of these)."""
+
+    def __init__(self) -> None:
+        self._depth: dict[object, int] = {}
+        self._guard = threading.Lock()
+
+    @contextlib.contextmanager
+    def nested(self, key: object) -> Iterator[bool]:
+        """True (and counted while inside) when ``key`` is held already."""
+        with self._guard:
+            nested = key in self._depth
+            if nested:
+                self._depth[key] += 1
+        try:
+            yield nested
+        finally:
+            if nested:
+                with self._guard:
+                    self._depth[key] -= 1
+
+    @contextlib.contextmanager
+    def holding(self, key: object) -> Iterator[None]:
+        """Mark ``key`` held while inside (the caller has just acquired it)."""
+        with self._guard:
+            self._depth[key] = 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                del self._depth[key]
+
+
+# lock file and thread: a thread that publishes in nested steps takes it once; another thread
+# of the process waits like another process would
+_held = HeldLocks()
 
 
 class FileWriterLock:
@@ -69,34 +102,24 @@ class FileWriterLock:
         on_wait: Callable[[str], None] | None = None,
     ) -> Iterator[None]:
         key = (self.path, threading.get_ident())
-        with _held_guard:
-            nested = key in _held
+        with _held.nested(key) as nested:
             if nested:
-                _held[key] += 1
-        if nested:
-            try:
                 yield
-            finally:
-                with _held_guard:
-                    _held[key] -= 1
-            return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            wait = resolve_writer_wait(wait_seconds)
-            _acquire(fd, self.path, wait, on_wait or (lambda line: log.warning("%s", line)))
-            os.ftruncate(fd, 0)
-            holder = {"what": what, "pid": os.getpid(), "started_at": _now().isoformat()}
-            os.write(fd, json.dumps(holder).encode())
-            with _held_guard:
-                _held[key] = 1
+                return
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                yield
-            finally:
-                with _held_guard:
-                    del _held[key]
+                wait = resolve_writer_wait(wait_seconds)
+                _acquire(fd, self.path, wait, on_wait or (lambda line: log.warning("%s", line)))
                 os.ftruncate(fd, 0)
-        finally:
-            os.close(fd)  # closing releases the lock
+                holder = {"what": what, "pid": os.getpid(), "started_at": _now().isoformat()}
+                os.write(fd, json.dumps(holder).encode())
+                try:
+                    with _held.holding(key):
+                        yield
+                finally:
+                    os.ftruncate(fd, 0)
+            finally:
+                os.close(fd)  # closing releases the lock
 
 
 def writer_lock(
