@@ -12,7 +12,7 @@ readers never see a half table or a risk table and charges of two runs, and
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -153,21 +153,32 @@ def read_warehouse(
     """
     if con.execute("SELECT current_setting('TimeZone')").fetchone() != ("UTC",):
         con.execute("SET TimeZone = 'UTC'")
-    have = _types(con, T)
+
+    def fetch(table: str, sql: str) -> pl.DataFrame:
+        if containers is not None and table in _ONLY:
+            return con.sql(f"{sql} WHERE {_ONLY[table]}", params=[list(containers)]).pl()
+        return con.sql(sql).pl()
+
+    return read_frames(_types(con, T), fetch)
+
+
+def read_frames(
+    have: Mapping[str, Mapping[str, str]], fetch: Callable[[str, str], pl.DataFrame]
+) -> WarehouseFrames:
+    """compute_risk's inputs from a warehouse whose ``terminal49`` column types (DuckDB names)
+    are ``have``, on any warehouse: the types are checked (:func:`check_types`), only the
+    needed columns are read (``fetch(table, sql)`` runs ``sql``, their SELECT, and may narrow
+    it), and missing tables or columns become typed NULLs."""
     frames: dict[str, pl.LazyFrame] = {}
     for table, schema in SCHEMAS.items():
         if table in have:
-            check_types(table, have[table])
+            check_types(table, dict(have[table]))
         cols = [c for c in schema if c in have.get(table, {})]
         if not cols:
             frames[table] = conform(None, table)
             continue
         sel = ", ".join(f'"{c}"' for c in cols)
-        sql, params = f'SELECT {sel} FROM {T}."{table}"', None
-        if containers is not None and table in _ONLY:
-            sql, params = f"{sql} WHERE {_ONLY[table]}", [list(containers)]
-        df = con.sql(sql, params=params).pl()
-        frames[table] = conform(df.lazy(), table)
+        frames[table] = conform(fetch(table, f'SELECT {sel} FROM {T}."{table}"').lazy(), table)
     return WarehouseFrames(**frames)
 
 

@@ -25,15 +25,13 @@ from pipelines.analytics.publish import (
     URGENCY_ORDER,
     RiskSummary,
     WarehouseIncompatible,
-    check_types,
+    read_frames,
 )
 from pipelines.analytics.risk import (
     AT_RISK_LEVELS,
     LEVELS,
-    SCHEMAS,
     WarehouseFrames,
     compute_risk,
-    conform,
 )
 from pipelines.analytics.tariffs import load_tariffs
 from pipelines.config import ANALYTICS_SCHEMA as A
@@ -92,18 +90,7 @@ def _frame(cur: Any, sql: str) -> pl.DataFrame:
 def read_warehouse(cur: Any) -> WarehouseFrames:
     """:func:`pipelines.analytics.read_warehouse` over ADBC: the needed columns only, in
     Arrow; WarehouseIncompatible for a column compute_risk cannot read."""
-    have = _types(cur, T)
-    frames: dict[str, pl.LazyFrame] = {}
-    for table, schema in SCHEMAS.items():
-        if table in have:
-            check_types(table, have[table])
-        cols = [c for c in schema if c in have.get(table, {})]
-        if not cols:
-            frames[table] = conform(None, table)
-            continue
-        listed = ", ".join(f'"{c}"' for c in cols)
-        frames[table] = conform(_frame(cur, f'SELECT {listed} FROM {T}."{table}"').lazy(), table)
-    return WarehouseFrames(**frames)
+    return read_frames(_types(cur, T), lambda _table, sql: _frame(cur, sql))
 
 
 def publish_risk(
