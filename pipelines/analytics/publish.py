@@ -156,8 +156,11 @@ def read_warehouse(
 
     def fetch(table: str, sql: str) -> pl.DataFrame:
         if containers is not None and table in _ONLY:
-            return con.sql(f"{sql} WHERE {_ONLY[table]}", params=[list(containers)]).pl()
-        return con.sql(sql).pl()
+            relation = con.sql(f"{sql} WHERE {_ONLY[table]}", params=[list(containers)])
+        else:
+            relation = con.sql(sql)
+        frame: pl.DataFrame = relation.pl()
+        return frame
 
     return read_frames(_types(con, T), fetch)
 
@@ -295,8 +298,12 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
         cols.append(f"{expr} AS {out}")
         cols.append(f"strftime({local_date}, '%Y-%m-%d') AS {out}_local")
 
-    cc = lambda n, t="VARCHAR": c("c", "containers", n, t)  # noqa: E731
-    sc = lambda n, t="VARCHAR": c("s", "shipments", n, t)  # noqa: E731
+    def cc(name: str, sql_type: str = "VARCHAR") -> str:
+        return c("c", "containers", name, sql_type)
+
+    def sc(name: str, sql_type: str = "VARCHAR") -> str:
+        return c("s", "shipments", name, sql_type)
+
     text("container_id", "c.id")
     text("container_number", cc("number"))
     text("shipment_id", cc("shipment_id"))
@@ -545,4 +552,5 @@ def at_risk(duckdb_path: str | Path | None, levels: Sequence[str] | None = None)
         con.execute("SET TimeZone = 'UTC'")
         marks = ", ".join("?" for _ in lv)
         sql = f"SELECT * FROM {A}.demurrage_risk WHERE risk_level IN ({marks}) {URGENCY_ORDER}"
-        return con.sql(sql, params=lv).pl()
+        frame: pl.DataFrame = con.sql(sql, params=lv).pl()
+        return frame

@@ -25,8 +25,9 @@ from collections.abc import Mapping
 import duckdb
 
 from pipelines.config import ANALYTICS_SCHEMA, DATASET
-from pipelines.history import HISTORY_TABLE, q
+from pipelines.history import HISTORY_TABLE
 from pipelines.warehouse import column_types
+from pipelines.warehouse import quote as q
 
 D = q(DATASET)
 #: The engine's tables (``pipelines.analytics.charges.PARTIES_TABLE`` / ``DAYS_TABLE``).
@@ -93,7 +94,10 @@ def create_views(con: duckdb.DuckDBPyConnection) -> None:
     if not cols or not _columns(con, HISTORY_TABLE):
         return
     h = f"{D}.{HISTORY_TABLE}"
-    col = lambda name: f"c.{name}" if name in cols else "NULL"  # noqa: E731
+
+    def col(name: str) -> str:
+        return f"c.{name}" if name in cols else "NULL"
+
     zone = (
         "CASE WHEN h.field IN ('pickup_lfd_rail', 'ind_facility_lfd_on') THEN "
         f"coalesce({col('final_destination_timezone')}, {col('pod_timezone')}, 'UTC') "
@@ -131,7 +135,10 @@ def _charge_views(con: duckdb.DuckDBPyConnection, h: str, cols: Mapping[str, str
         return
     if "container_id" not in column_types(con, ANALYTICS_SCHEMA, CHARGES):
         return
-    col = lambda name: f"c.{q(name)}" if name in cols else "NULL"  # noqa: E731
+
+    def col(name: str) -> str:
+        return f"c.{q(name)}" if name in cols else "NULL"
+
     con.execute(
         f"CREATE OR REPLACE VIEW {D}.charged_days AS {day_flags_sql(f'{a}.{CHARGE_DAYS}', h)}"
     )
