@@ -66,6 +66,7 @@ def import_(
         f"invoices: {len(summary.new)} new, {len(summary.corrected)} corrected, "
         f"{len(summary.unchanged)} unchanged, {len(summary.refused)} refused",
         highlight=False,
+        soft_wrap=True,
     )
     if summary.refused:
         raise typer.Exit(2 if not stored else 1)
@@ -87,6 +88,7 @@ def audit(duckdb: DuckDbOption = None, as_of: AsOfOption = None) -> None:
         f"audit: {summary.lines} invoice lines, {summary.with_findings} with findings, "
         f"{disputed} in dispute ({summary.past_deadline} past their dispute deadline)",
         highlight=False,
+        soft_wrap=True,
     )
 
 
@@ -113,4 +115,4 @@ def dispute(
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot write the dispute: {exc.strerror or exc}: {exc.filename or out_file}")
-    console.print(f"dispute: wrote {page} and {sheet}", highlight=False)
+    console.print(f"dispute: wrote {page} and {sheet}", highlight=False, soft_wrap=True)

@@ -332,6 +332,7 @@ def _group(
             head = _header(r, source)
             if head is None:
                 bad.add(key)
+                _line(r)  # its problems too, one line each
                 continue
             invoices[key] = inv = head
         else:
