@@ -47,7 +47,8 @@ def test_each_bad_value_is_one_line_and_refuses_its_invoice(tmp_path: Path) -> N
         tmp_path,
         MINIMAL
         + "A-1,Pier T,port,2030-13-01,ABCU1234567,fees,2030-01-11,2030-01-10,two,x,200,US\n"
-        + "B-1,Pier T,terminal,2030-01-20,ABCU1234567,storage,2030-01-11,2030-01-12,2,100,200,USD\n",
+        + "B-1,Pier T,terminal,2030-01-20,ABCU1234567,storage,2030-01-11,2030-01-12,"
+        "2,100,200,USD\n",
     )
     assert [i.invoice_number for i in invoices] == ["B-1"]
     assert problems == [
