@@ -1,7 +1,8 @@
 """Benchmark: ``freetime invoices audit`` of 10,000 invoice lines (target < 5 s).
 
 Run: ``uv run python benchmarks/bench_invoice_audit.py [--containers N] [--lines L]``
-(default 5,000 containers, 10,000 lines). Loads a sandbox of N containers unpaced, publishes
+(default 5,000 containers, 10,000 lines; ``--keep PATH`` builds the warehouse there, or
+imports into the one already there). Loads a sandbox of N containers unpaced, publishes
 risk, then makes L invoice lines from the engine's own charge days (one invoice of up to ten
 lines per issuer, each line a box's chargeable run, every third with a day more, every fifth
 at another rate; boxes are billed again by later invoices once every box was billed, so
@@ -86,6 +87,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--containers", type=int, default=5000)
     ap.add_argument("--lines", type=int, default=10_000)
+    ap.add_argument("--keep", type=Path, help="build the warehouse here (or reuse it) and keep it")
     args = ap.parse_args()
     from pipelines.invoices.audit import run_audit
     from pipelines.invoices.store import import_invoices
@@ -93,8 +95,11 @@ def main() -> None:
     now = dt.datetime.fromisoformat(CLOCK.replace("Z", "+00:00"))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.duckdb"
+        if args.keep is not None:
+            path = args.keep
         started = time.perf_counter()
-        build(args.containers, path)
+        if not path.exists():
+            build(args.containers, path)
         built = time.perf_counter() - started
         made = invoices(path, args.lines)
         started = time.perf_counter()

@@ -58,6 +58,15 @@ def line(number: str, issuer: str, date: str, box: str, rest: str, free: str) ->
     return f"{number},{issuer},{date},{box},{rest},{free}"
 
 
+#: the EMCU box's terminal days billed in full, its days on hold included (4 x 235 in dispute)
+HOLD = line(
+    "T-1",
+    HUSKY,
+    "2030-01-20",
+    EMCU,
+    f"demurrage,2030-01-11,2030-01-16,6,,{TERMINAL_TIERS},1510,USD",
+    EMCU_TERMINAL_FREE,
+)
 #: a correct line detention invoice of the EMCU box
 DETENTION_OK = line(
     "L-1",
@@ -199,18 +208,9 @@ def test_days_billed_under_a_hold_name_the_reason(base: Path, tmp_path: Path) ->
     rows, _ = audited(
         base,
         tmp_path,
-        [
-            line(
-                "T-9",
-                HUSKY,
-                "2030-01-20",
-                EMCU,
-                f"demurrage,2030-01-11,2030-01-16,6,,{TERMINAL_TIERS},1510,USD",
-                EMCU_TERMINAL_FREE,
-            )
-        ],
+        [HOLD],
     )
-    sentence = rows["T-9"]["findings"][0]["sentence"]
+    sentence = rows["T-1"]["findings"][0]["sentence"]
     # the customs hold is the importer's: the terminal's unavailability is the ground
     assert sentence.startswith("2030-01-11 to 2030-01-14 (4 days) billed while the box could")
     assert "not available" in sentence and "customs" not in sentence
@@ -339,14 +339,7 @@ def test_a_box_first_seen_after_the_billed_days_is_a_warning(base: Path, tmp_pat
 
 
 def test_the_amount_in_dispute_is_summed_per_issuer_and_month(base: Path, tmp_path: Path) -> None:
-    hold = line(
-        "T-1",
-        HUSKY,
-        "2030-01-20",
-        EMCU,
-        f"demurrage,2030-01-11,2030-01-16,6,,{TERMINAL_TIERS},1510,USD",
-        EMCU_TERMINAL_FREE,
-    )
+
     rail = line(
         "T-2",
         HUSKY,
@@ -356,7 +349,7 @@ def test_the_amount_in_dispute_is_summed_per_issuer_and_month(base: Path, tmp_pa
         f"4,2030-01-09,2030-01-12,{CONTACT}",
     )
     path = warehouse(base, tmp_path)
-    assert import_csv(path, tmp_path, [hold, rail, DETENTION_OK]).exit_code == 0
+    assert import_csv(path, tmp_path, [HOLD, rail, DETENTION_OK]).exit_code == 0
     r = run("invoices", "audit", "--duckdb", str(path), "--as-of", "2030-02-01")
     assert "3 invoice lines, 2 with findings, 1,820.00 USD in dispute" in r.stdout
     with duckdb.connect(str(path), read_only=True) as con:
@@ -497,16 +490,9 @@ def test_postgres_is_refused_in_one_line() -> None:
 
 # -- the dispute package ---------------------------------------------------------------------
 def test_the_dispute_package_proves_each_finding(base: Path, tmp_path: Path) -> None:
-    hold = line(
-        "T-1",
-        HUSKY,
-        "2030-01-20",
-        EMCU,
-        f"demurrage,2030-01-11,2030-01-16,6,,{TERMINAL_TIERS},1510,USD",
-        EMCU_TERMINAL_FREE,
-    )
+
     path = warehouse(base, tmp_path)
-    assert import_csv(path, tmp_path, [hold]).exit_code == 0
+    assert import_csv(path, tmp_path, [HOLD]).exit_code == 0
     out = tmp_path / "pack" / "t1.html"
     r = run("invoices", "dispute", "T-1", "--out", str(out), "--duckdb", str(path))
     assert r.exit_code == 0, r.output

@@ -14,12 +14,14 @@ transaction under the writer lock: an invoice is stored whole or not at all.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from pipelines.config import ANALYTICS_SCHEMA, DATASET
 from pipelines.history import HISTORY_TABLE
@@ -215,8 +217,7 @@ def import_invoices(
         con.execute("BEGIN TRANSACTION")
         try:
             ensure_tables(con)
-            for inv in ok:
-                _store(con, inv, ids, now, summary)
+            _store(con, ok, ids, now, summary)
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")
@@ -226,52 +227,54 @@ def import_invoices(
 
 def _store(
     con: duckdb.DuckDBPyConnection,
-    inv: Invoice,
+    invoices: Sequence[Invoice],
     ids: dict[str, dict[str, Any]],
     now: dt.datetime,
     summary: ImportSummary,
 ) -> None:
-    digest = inv.content_hash()
-    found = con.execute(
-        f"SELECT version, content_hash FROM {D}.{INVOICES} WHERE issuer_name = ? "
-        "AND invoice_number = ? ORDER BY version DESC LIMIT 1",
-        [inv.issuer_name, inv.invoice_number],
-    ).fetchall()
-    current = found[0] if found else None
-    if current is not None and current[1] == digest:
-        summary.unchanged.append(inv.invoice_number)
-        return
-    version = 1 if current is None else int(current[0]) + 1
-    if current is not None:
-        con.execute(
-            f"UPDATE {D}.{INVOICES} SET superseded_at = ? WHERE issuer_name = ? "
-            "AND invoice_number = ? AND superseded_at IS NULL",
-            [now, inv.issuer_name, inv.invoice_number],
+    """Write the new versions of ``invoices`` (inside the caller's transaction): the current
+    versions are read in one query, the rows written as two Arrow tables."""
+    current = {
+        (issuer, number): (int(version), digest)
+        for issuer, number, version, digest in con.execute(
+            f"SELECT issuer_name, invoice_number, max(version), "
+            f"arg_max(content_hash, version) FROM {D}.{INVOICES} GROUP BY ALL"
+        ).fetchall()
+    }
+    heads: list[list[Any]] = []
+    rows: list[list[Any]] = []
+    superseded: list[tuple[str, str]] = []
+    for inv in invoices:
+        digest = inv.content_hash()
+        was = current.get(inv.key)
+        if was is not None and was[1] == digest:
+            summary.unchanged.append(inv.invoice_number)
+            continue
+        version = 1 if was is None else was[0] + 1
+        if was is not None:
+            superseded.append(inv.key)
+            summary.corrected.append(inv.invoice_number)
+        else:
+            summary.new.append(inv.invoice_number)
+        heads.append(
+            [
+                inv.issuer_name,
+                inv.invoice_number,
+                version,
+                inv.issuer_kind,
+                inv.invoice_date,
+                inv.currency,
+                inv.due_date,
+                inv.invoice_total,
+                inv.dispute_contact,
+                digest,
+                inv.source,
+                now,
+                None,
+                None,
+            ]
         )
-        summary.corrected.append(inv.invoice_number)
-    else:
-        summary.new.append(inv.invoice_number)
-    con.execute(
-        f"INSERT INTO {D}.{INVOICES} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
-        [
-            inv.issuer_name,
-            inv.invoice_number,
-            version,
-            inv.issuer_kind,
-            inv.invoice_date,
-            inv.currency,
-            inv.due_date,
-            inv.invoice_total,
-            inv.dispute_contact,
-            digest,
-            inv.source,
-            now,
-        ],
-    )
-    con.executemany(
-        f"INSERT INTO {D}.{LINES} VALUES "
-        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
+        rows += [
             [
                 inv.issuer_name,
                 inv.invoice_number,
@@ -294,8 +297,46 @@ def _store(
                 x.free_time_end,
             ]
             for n, x in enumerate(inv.lines, start=1)
-        ],
-    )
+        ]
+    if superseded:
+        keys = pa.table(
+            {
+                "issuer_name": [k[0] for k in superseded],
+                "invoice_number": [k[1] for k in superseded],
+            }
+        )
+        _insert(con, None, keys, "UPDATE", now)
+    for table, data in ((INVOICES, heads), (LINES, rows)):
+        if data:
+            _insert(con, table, _arrow(con, table, data), "INSERT", now)
+
+
+def _arrow(con: duckdb.DuckDBPyConnection, table: str, data: list[list[Any]]) -> pa.Table:
+    names = list(column_types(con, DATASET, table))
+    return pa.table({n: [row[k] for row in data] for k, n in enumerate(names)})
+
+
+def _insert(
+    con: duckdb.DuckDBPyConnection,
+    table: str | None,
+    data: pa.Table,
+    how: str,
+    now: dt.datetime,
+) -> None:
+    name = f"_invoices_{uuid.uuid4().hex}"
+    con.register(name, data)
+    try:
+        if how == "UPDATE":
+            con.execute(
+                f"UPDATE {D}.{INVOICES} i SET superseded_at = ? FROM {name} k "
+                "WHERE i.issuer_name = k.issuer_name AND i.invoice_number = k.invoice_number "
+                "AND i.superseded_at IS NULL",
+                [now],
+            )
+        else:
+            con.execute(f"INSERT INTO {D}.{table} BY NAME SELECT * FROM {name}")
+    finally:
+        con.unregister(name)
 
 
 def pending_audit(duckdb_path: Path) -> int:
