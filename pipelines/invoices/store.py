@@ -157,11 +157,12 @@ def check(
                     "track it (load it first, or check the number)",
                 )
                 continue
-            if line.bill_of_lading is not None and line.bill_of_lading != box["bl"]:
+            # a box whose B/L freetime does not know cannot contradict the invoice's
+            if line.bill_of_lading is not None and box["bl"] not in (None, line.bill_of_lading):
                 err(
                     line.where,
                     f"unknown bill of lading {line.bill_of_lading} for container "
-                    f"{line.container_number} (freetime has {box['bl'] or 'none'})",
+                    f"{line.container_number} (freetime has {box['bl']})",
                 )
             if line.billed_to > today:
                 err(line.where, f"billed_to {line.billed_to} is in the future (today is {today})")
