@@ -17,7 +17,7 @@ from pathlib import Path
 
 import duckdb
 
-from pipelines.history.evidence import CSS, Change, EvidenceError, _how, _when, gather, label
+from pipelines.history.evidence import CSS, Change, EvidenceError, gather, label, timeline_cells
 from pipelines.invoices.audit import Result, audit_invoice
 from pipelines.warehouse import reading
 
@@ -122,10 +122,7 @@ def render_html(pkg: Package, generated_at: dt.datetime | None = None) -> str:
         for code, sentence in r.findings:
             zone = pkg.zones.get(r.line.line.container_number, "UTC")
             rows = "".join(
-                f"<tr><td>{e(_when(c.observed_at, zone))}</td><td>{e(label(c.field))}</td>"
-                f"<td>{e(c.old if c.old is not None else '(none)')}</td>"
-                f"<td>{e(c.new if c.new is not None else '(none)')}</td>"
-                f"<td>{e(_how(c))}</td></tr>"
+                "<tr>" + "".join(f"<td>{e(x)}</td>" for x in timeline_cells(c, zone)) + "</tr>"
                 for c in proof(pkg, r, code)
             )
             table = (

@@ -214,6 +214,8 @@ def import_invoices(
         ok, found = check(con, invoices, today)
         summary.problems += found
         summary.refused += sorted({p.invoice_number or p.where for p in found if p.error})
+        if not ok:  # nothing to write: the warehouse stays as it was
+            return summary
         ids = _containers(con, sorted({x.container_number for inv in ok for x in inv.lines}))
         con.execute("BEGIN TRANSACTION")
         try:
