@@ -30,6 +30,7 @@ from flows.artifacts import Reconciliation
 from flows.tasks import (
     LoadOutcome,
     apply_webhooks,
+    audit_invoices,
     check_warehouse,
     compute_risk,
     elapsed,
@@ -113,6 +114,8 @@ def sync(
         hooks = apply_webhooks(path, base_url, rate_limit_per_minute, reconcile=full)
     with _timed(timings, "risk"):
         risk = compute_risk(path, as_of, tariffs_path)
+    with _timed(timings, "invoices"):  # after risk: the audit reads the engine it published
+        audit_invoices(path, as_of)
     with _timed(timings, "events"):  # after risk: at-risk containers get their events
         events = fetch_events(path, base_url, rate_limit_per_minute)
     requests = {

@@ -48,6 +48,8 @@ from pipelines.config import (
     working_folder,
 )
 from pipelines.history.transport_events import EventsSummary, fetch_transport_events
+from pipelines.invoices.audit import AuditSummary, run_audit
+from pipelines.invoices.store import pending_audit
 from pipelines.load import LoadFailed, LoadSummary, run_load
 from pipelines.report import write_report
 from pipelines.terminal49.client import ApiError, ApiStalled, AuthError, Terminal49Client
@@ -409,3 +411,23 @@ USER_FACING: tuple[type[BaseException], ...] = (
 
 def elapsed(started: float) -> float:
     return round(time.perf_counter() - started, 3)
+
+
+# -- invoices ----------------------------------------------------------------------------------
+@task(name="audit-invoices", cache_policy=NO_CACHE, persist_result=False)
+def audit_invoices(duckdb_path: str, as_of: dt.datetime | None = None) -> AuditSummary | None:
+    """Audit the imported invoices (:func:`pipelines.invoices.audit.run_audit`) when some wait
+    for an audit; None when none does. Never fails the run: the audit is a side product, a
+    failure is a warning and the invoices stay pending for the next run."""
+    path = Path(duckdb_path)
+    try:
+        if not pending_audit(path):
+            return None
+        summary = run_audit(path, as_of)
+    except Exception as exc:  # noqa: BLE001 - the load and risk must not fail for it
+        get_run_logger().warning("invoice audit skipped: %s", exc)
+        return None
+    get_run_logger().info(
+        "invoices: %d lines audited, %d with findings", summary.lines, summary.with_findings
+    )
+    return summary

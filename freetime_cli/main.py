@@ -8,6 +8,7 @@ from freetime_cli import (
     alerts_cmd,
     documents_cmd,
     evidence_cmd,
+    invoices_cmd,
     load_cmd,
     mcp_cmd,
     report_cmd,
@@ -36,6 +37,7 @@ app.add_typer(webhooks_cmd.app, name="webhooks", help="Receive and apply Termina
 app.add_typer(documents_cmd.app, name="documents", help="Upload documents; load document intake.")
 app.add_typer(mcp_cmd.app, name="mcp", help="Serve the warehouse to MCP tool clients.")
 app.add_typer(alerts_cmd.app, name="alerts", help="Alerts on risk changes; the morning digest.")
+app.add_typer(invoices_cmd.app, name="invoices", help="Audit demurrage and detention invoices.")
 
 
 if __name__ == "__main__":

@@ -458,3 +458,44 @@ def test_sync_applies_the_webhook_inbox(
     assert ids == [(note.id,)]
     with Inbox(default_inbox_path(warehouse)) as inbox:
         assert inbox.pending() == []
+
+
+def test_sync_audits_pending_invoices_and_never_fails_for_them(
+    prefect_harness: None, api_env: Any, tmp_path: Path
+) -> None:
+    from flows.sync import sync
+    from pipelines.invoices.schema import Invoice, InvoiceLine
+    from pipelines.invoices.store import import_invoices, pending_audit
+
+    warehouse = tmp_path / "w.duckdb"
+    now = _instant(api_env.clock())
+    sync(duckdb_path=str(warehouse), base_url=api_env.base_url, as_of=now)
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        (number,) = con.execute("SELECT min(number) FROM terminal49.containers").fetchone() or ()
+    day = now.date() - dt.timedelta(days=3)
+    line = InvoiceLine(number, "demurrage", day, day, 1, 100.0, 100.0)
+    invoice = Invoice("INV-1", "Pier T", "terminal", now.date(), "USD", [line], source="test")
+    import_invoices(warehouse, [invoice], today=now.date(), now=now)
+    assert pending_audit(warehouse) == 1
+
+    state = sync(
+        duckdb_path=str(warehouse), base_url=api_env.base_url, as_of=now, return_state=True
+    )
+    assert state.is_completed(), state.message
+    assert "invoices" in state.result().timings
+    assert pending_audit(warehouse) == 0
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        audited = con.execute("SELECT invoice_number FROM analytics.invoice_audit").fetchall()
+    assert audited == [("INV-1",)]
+
+    # an audit that cannot run leaves the invoices pending and the run completed
+    corrected = Invoice("INV-1", "Pier T", "terminal", now.date(), "USD", [line], source="t2")
+    corrected.invoice_total = 100.0
+    import_invoices(warehouse, [corrected], today=now.date(), now=now)
+    with duckdb.connect(str(warehouse)) as con:
+        con.execute("ALTER TABLE terminal49.invoice_lines RENAME COLUMN party TO party_gone")
+    state = sync(
+        duckdb_path=str(warehouse), base_url=api_env.base_url, as_of=now, return_state=True
+    )
+    assert state.is_completed(), state.message
+    assert pending_audit(warehouse) == 1

@@ -32,6 +32,7 @@ TOOLS = {
     "warehouse_freshness",
     "query_warehouse",
     "container_evidence",
+    "audit_invoice",
 }
 
 
@@ -402,3 +403,43 @@ def test_a_runaway_statement_stops_at_the_limit_and_the_next_one_answers(
     assert busy < 0.5  # nothing of the runaway statement still runs here
     assert not quick.is_error and quick.structured_content["rows"] == [[42]]
     assert quick_seconds < 5
+
+
+def test_audit_invoice_is_the_audit_command_as_a_tool(warehouse: Path, tmp_path: Path) -> None:
+    """An invoice billing the LFD and the next two days of a box: the tool answers what
+    ``freetime invoices audit`` published for it."""
+    import datetime as dt
+
+    from pipelines.invoices.audit import run_audit
+    from pipelines.invoices.schema import Invoice, InvoiceLine
+    from pipelines.invoices.store import import_invoices
+
+    db = tmp_path / "w.duckdb"
+    shutil.copy(warehouse, db)
+    number, lfd, rate = _risk(
+        db,
+        "SELECT container_number, lfd_date, min(rate) FROM analytics.charge_days "
+        "WHERE party = 'terminal' AND day_number <= 2 AND rate IS NOT NULL "
+        "GROUP BY ALL HAVING count(*) = 2 ORDER BY container_number LIMIT 1",
+    )[0]
+    now = dt.datetime.fromisoformat(CLOCK.replace("Z", "+00:00"))
+    line = InvoiceLine(number, "demurrage", lfd, lfd + dt.timedelta(days=2), 3, 3 * rate, rate)
+    invoice = Invoice("INV-7", "Pier T", "terminal", now.date(), "USD", [line], source="test")
+    assert import_invoices(db, [invoice], today=now.date(), now=now).new == ["INV-7"]
+    run_audit(db, now)
+    (published,) = _risk(
+        db,
+        "SELECT computed_amount, disputed_amount, [f.code FOR f IN findings] "
+        "FROM analytics.invoice_audit",
+    )
+    assert "free_time" in published[2]
+    with mcp_server(db) as base:
+        out = call(base + "/mcp", "audit_invoice", {"invoice": "INV-7"})
+        assert not out.is_error
+        data = out.structured_content
+        (row,) = data["lines"]
+        assert (row["computed_amount"], row["disputed_amount"]) == published[:2]
+        assert [f["code"] for f in row["findings"]] == published[2]
+        assert data["dispute_by"] == (now.date() + dt.timedelta(days=30)).isoformat()
+        missing = call(base + "/mcp", "audit_invoice", {"invoice": "NOPE"})
+        assert missing.is_error and "no invoice 'NOPE' imported" in missing.content[0].text

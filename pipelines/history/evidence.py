@@ -308,6 +308,18 @@ def _how(c: Change) -> str:
     return f"{text} {c.notification_id}" if c.notification_id else text
 
 
+def timeline_cells(c: Change, zone: str) -> tuple[str, str, str, str, str]:
+    """One timeline row as the evidence prints it: observed (UTC and local), what, before,
+    after, reported through (other documents that cite history use the same words)."""
+    return (
+        _when(c.observed_at, zone),
+        label(c.field),
+        c.old if c.old is not None else "(none)",
+        c.new if c.new is not None else "(none)",
+        _how(c),
+    )
+
+
 LABELS = {
     "current_status": "status",
     "available_for_pickup": "available for pickup",

@@ -570,3 +570,44 @@ def schema_text(snap: Snapshot) -> str:
             lines.append(f"- `{c}` {typ}" + (f": {ccom}" if ccom else ""))
         lines.append("")
     return "\n".join(lines)
+
+
+# -- invoices (pipelines.invoices) -----------------------------------------------------------
+def audit_invoice(snap: Snapshot, invoice: str, issuer: str | None = None) -> dict[str, Any]:
+    """The audit of one imported invoice's current version, as ``freetime invoices audit``
+    computes it: per line the billed and computed amounts, the amount in dispute, the
+    findings (code and sentence) and the deadline to dispute."""
+    from pipelines.invoices.audit import audit_invoice as audit
+
+    try:
+        results = audit(snap.con, invoice, issuer)
+    except LookupError as exc:
+        raise NotFound(str(exc)) from None
+    lines = [
+        {
+            "line_number": r.line.line_number,
+            "container_number": r.line.line.container_number,
+            "party": r.line.party,
+            "charge": r.line.charge,
+            "billed_from": jsonable(r.line.line.billed_from),
+            "billed_to": jsonable(r.line.line.billed_to),
+            "billed_amount": r.line.line.amount,
+            "computed_amount": r.computed,
+            "difference": r.difference,
+            "disputed_amount": r.disputed,
+            "findings": [{"code": c, "sentence": s} for c, s in r.findings],
+            "dispute_by": jsonable(r.dispute_by),
+        }
+        for r in results
+    ]
+    first = results[0].line if results else None
+    return {
+        "invoice_number": invoice,
+        "issuer_name": first.issuer_name if first else issuer,
+        "version": first.version if first else None,
+        "currency": first.currency if first else None,
+        "billed_amount": round(sum(x["billed_amount"] for x in lines), 2),
+        "disputed_amount": round(sum(x["disputed_amount"] for x in lines), 2),
+        "dispute_by": min((x["dispute_by"] for x in lines), default=None),
+        "lines": lines,
+    }

@@ -94,6 +94,16 @@ class EvidenceOut(_Out):
     csv: str
 
 
+class InvoiceAuditOut(_Out):
+    invoice_number: str
+    issuer_name: str | None
+    currency: str | None
+    billed_amount: float
+    disputed_amount: float
+    dispute_by: str | None
+    lines: list[dict[str, Any]]
+
+
 class FreshnessOut(_Out):
     source: str
     risk_as_of: str | None
@@ -284,6 +294,28 @@ def build_server(
         facts = out["facts"]
         binding = facts.get("Pick up before (binding LFD)")
         return _result(f"{container}: pick up before {binding}", out)
+
+    @mcp.tool(annotations=READ_ONLY)
+    def audit_invoice(
+        invoice: Annotated[str, Field(description="Invoice number, as imported.")],
+        issuer: Annotated[
+            str | None, Field(description="Issuer name, when several issuers use the number.")
+        ] = None,
+    ) -> Annotated[CallToolResult, InvoiceAuditOut]:
+        """The audit of one imported demurrage, storage or detention invoice against the
+        charge engine and history (docs/invoices.md): per line the billed and computed
+        amounts, the amount in dispute, each finding as a code and a sentence, and the
+        deadline to dispute."""
+        out = _answer(
+            rd,
+            ("audit_invoice", invoice, issuer),
+            lambda snap: queries.audit_invoice(snap, invoice, issuer),
+        )
+        return _result(
+            f"invoice {invoice}: {out['disputed_amount']:,.2f} {out['currency']} in dispute of "
+            f"{out['billed_amount']:,.2f}; dispute by {out['dispute_by']}",
+            out,
+        )
 
     @mcp.tool(annotations=READ_ONLY)
     def warehouse_freshness() -> Annotated[CallToolResult, FreshnessOut]:
