@@ -34,18 +34,18 @@ def evidence(
     LFDs, appointments, pickup and empty return.
     """
     from pipelines.analytics import TariffError
-    from pipelines.config import ConfigError, resolve_duckdb_path
+    from pipelines.config import ConfigError, resolve_warehouse
     from pipelines.history.evidence import EvidenceError, write_evidence
     from pipelines.warehouse import WarehouseError, WarehouseMissing
 
     target = warehouse_given(duckdb, warehouse)
     try:
-        path = resolve_duckdb_path(target)  # a PostgreSQL warehouse: one line, for now
+        path = resolve_warehouse(target).path  # None on PostgreSQL
         if out is not None and out.is_dir():
             raise ValueError(f"--out {out} is a directory; give a file name such as box.html")
-        if not path.exists():
+        if path is not None and not path.exists():
             raise WarehouseMissing(f"no warehouse at {path}: run `freetime load` first")
-        written = write_evidence(path, containers, out, tariffs)
+        written = write_evidence(path or target, containers, out, tariffs)
     except (EvidenceError, ValueError, TariffError, WarehouseError, ConfigError) as exc:
         fail(str(exc))
     except OSError as exc:

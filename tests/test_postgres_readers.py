@@ -186,3 +186,45 @@ def test_a_hand_made_warehouse_runs_or_is_refused_in_one_line(pg_database: str) 
     assert _execute(pg_database, "SELECT count(*) FROM analytics.demurrage_risk") == [(1,)]
     password = Warehouse.parse(pg_database).password
     assert password and password not in refused.stderr + done.stdout + done.stderr
+
+
+def test_a_column_changing_type_takes_the_views_over_it_along(pg_database: str) -> None:
+    from pipelines.pg.views import drop_views_over, refresh_views
+
+    _load(pg_database, containers=10)
+    publish_risk(pg_database, as_of=AS_OF)
+    views = "SELECT table_schema, table_name FROM information_schema.views ORDER BY 1, 2"
+    before = _execute(pg_database, views)
+    assert ("analytics", "containers_wide") in before and ("terminal49", "lfd_changes") in before
+    con = psycopg2.connect(pg_database)
+    try:
+        with con.cursor() as cur:  # what the loader's publish does when dlt retypes a column
+            drop_views_over(cur, "terminal49", "containers")
+            cur.execute("ALTER TABLE terminal49.containers ALTER number TYPE varchar(20)")
+            assert refresh_views(cur) > 0
+        con.commit()
+    finally:
+        con.close()
+    assert _execute(pg_database, views) == before
+    assert _execute(pg_database, "SELECT count(*) FROM analytics.containers_wide") == [(10,)]
+
+
+def test_the_notebooks_read_the_postgresql_warehouse_the_setting_names(
+    pg_database: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tests.test_notebooks import NOTEBOOKS, run_notebook
+
+    _load(pg_database)
+    publish_risk(pg_database, as_of=AS_OF)
+    publish_risk(pg_database, as_of=AS_OF + timedelta(days=1))
+    monkeypatch.setenv("FREETIME_WAREHOUSE", pg_database)
+    for notebook in NOTEBOOKS:
+        # FREETIME_DUCKDB names a file that does not exist: the setting wins
+        defs = run_notebook(notebook, tmp_path / "not-read.duckdb", monkeypatch)
+        if notebook.name == "demurrage_risk.py":
+            assert defs["risk_data"].source == "published"
+            assert defs["risk_data"].risk.height == 40
+        if notebook.name == "explore.py":
+            assert defs["table_overview"].height >= 6
+            assert len(defs["answers"]) >= 10  # every example question, on PostgreSQL
+    assert not (tmp_path / "not-read.duckdb").exists()

@@ -183,3 +183,55 @@ def test_every_documented_query_answers_the_same_on_both(both: Both) -> None:
     for _, sql in queries:
         answered += _same(both, sql) > 0
     assert answered >= 8  # most of them return rows on this account
+
+
+def _csv_rows(path: Path, sections: set[str]) -> list[tuple[str, ...]]:
+    import csv
+
+    with path.open() as fh:
+        # section, item, value, how: the instants a row was observed at differ between loads
+        return [(r[0], r[1], r[2], r[4]) for r in csv.reader(fh) if r[0] in sections]
+
+
+def test_report_and_evidence_run_on_postgresql_with_duckdbs_answers(
+    both: Both, tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from pipelines.history.evidence import write_evidence
+
+    numbers = [
+        r[0]
+        for r in both.duck_rows(
+            "SELECT container_number, count(*) AS n FROM terminal49.charged_days "
+            "GROUP BY container_number ORDER BY n DESC, container_number LIMIT 2"
+        )[1]
+    ]
+    assert numbers
+    on_duck = write_evidence(both.duck, numbers, tmp_path / "duck" / "box.html")
+    on_pg = write_evidence(both.url, numbers, tmp_path / "pg" / "box.html")
+    for (_, duck_csv), (_, pg_csv) in zip(on_duck, on_pg, strict=True):
+        expected = _csv_rows(duck_csv, {"charged_day", "timeline"})
+        assert any(r[0] == "charged_day" for r in expected)
+        assert _csv_rows(pg_csv, {"charged_day", "timeline"}) == expected
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TERMINAL49_", "FREETIME_"))}
+    env["FREETIME_WAREHOUSE"] = both.url  # the setting, not --warehouse: what a team sets
+    for args in (
+        ["report", "--out", str(tmp_path / "report.html")],
+        ["evidence", numbers[0], "--out", str(tmp_path / "cli" / "box.html")],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "freetime_cli.main", *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert done.returncode == 0, done.stderr
+    page = (tmp_path / "report.html").read_text()
+    assert "postgresql://postgres:***@" in page and "superpass" not in page
+    assert (tmp_path / "cli" / "box.csv").read_text().count("charged_day") > 0

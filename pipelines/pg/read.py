@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import duckdb
 import polars as pl
 
 from pipelines.config import Warehouse
@@ -57,3 +58,48 @@ def has_table(cur: Any, schema: str, table: str) -> bool:
     )
     row = cur.fetchone()
     return bool(row and row[0])
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def container_copy(cur: Any, containers: Sequence[str]) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB holding what the evidence of ``containers`` (numbers or ids) reads,
+    copied from the snapshot of ``cur``: their rows of ``terminal49`` (containers, shipments,
+    holds, fees, history), the terminals and ports, and the published risk run's instant. The
+    evidence's own SQL then runs on it unchanged (:func:`pipelines.history.evidence.gather`)."""
+    from pipelines.config import ANALYTICS_SCHEMA as A
+    from pipelines.config import DATASET as T
+    from pipelines.history import HISTORY_TABLE
+
+    given = ", ".join(_literal(c) for c in containers) or "NULL"
+    upper = ", ".join(_literal(c.upper()) for c in containers) or "NULL"
+    ids = "SELECT NULL::text WHERE false"
+    if has_table(cur, T, "containers"):
+        ids = f"SELECT id FROM {T}.containers WHERE id IN ({given}) OR upper(number) IN ({upper})"
+    only = {
+        "containers": f"id IN ({ids})",
+        "container_holds": f"container_id IN ({ids})",
+        "container_fees": f"container_id IN ({ids})",
+        "shipments": f"id IN (SELECT shipment_id FROM {T}.containers WHERE id IN ({ids}))",
+        HISTORY_TABLE: f"entity = 'container' AND entity_id IN ({ids})",
+        "terminals": "true",
+        "ports": "true",
+    }
+    mem = duckdb.connect()
+    mem.execute("SET TimeZone = 'UTC'")
+    mem.execute(f"CREATE SCHEMA {T}")
+    mem.execute(f"CREATE SCHEMA {A}")
+    for table, where in only.items():
+        if has_table(cur, T, table):
+            rows = frame(cur, f'SELECT * FROM {T}."{table}" WHERE {where}')
+            mem.register("_rows", rows.to_arrow())
+            mem.execute(f'CREATE TABLE {T}."{table}" AS SELECT * FROM _rows')
+            mem.unregister("_rows")
+    if has_table(cur, A, "demurrage_risk"):
+        stamp = frame(cur, f"SELECT max(as_of) AS as_of FROM {A}.demurrage_risk")
+        mem.register("_rows", stamp.to_arrow())
+        mem.execute(f"CREATE TABLE {A}.demurrage_risk AS SELECT * FROM _rows")
+        mem.unregister("_rows")
+    return mem

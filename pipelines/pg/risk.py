@@ -26,6 +26,7 @@ from typing import Any
 
 import polars as pl
 
+from pipelines.alerts.rules import NEEDED
 from pipelines.analytics.charges import DAYS_TABLE, PARTIES_TABLE, compute_charges
 from pipelines.analytics.publish import (
     URGENCY_ORDER,
@@ -168,7 +169,10 @@ def _publish(
     tables = _columns(cur, A)
     previous = None
     if tables.get(RISK) is not None:
-        previous = _frame(cur, f"SELECT * FROM {A}.{RISK}")
+        # the alerts compare these columns only: the rest of the old rows is not read
+        have = {c for c, _ in tables[RISK]}
+        compared = ", ".join(c for c in NEEDED if c in have)
+        previous = _frame(cur, f"SELECT {compared} FROM {A}.{RISK}") if compared else None
         if tables.get(PREVIOUS) == tables[RISK]:
             cur.execute(f"DELETE FROM {A}.{PREVIOUS}")
             cur.execute(f"INSERT INTO {A}.{PREVIOUS} SELECT * FROM {A}.{RISK}")

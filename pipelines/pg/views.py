@@ -44,10 +44,11 @@ def columns_of(cur: Any, schema: str, table: str) -> dict[str, str]:
     return {c: t for c, t in cur.fetchall()}
 
 
-def create_views(cur: Any, types: dict[str, dict[str, str]]) -> int:
+def create_views(cur: Any, types: dict[str, dict[str, str]], *, analytics: bool = True) -> int:
     """Inside the caller's transaction: create or replace every view the tables allow
-    (``types``: the ``terminal49`` columns by their DuckDB type names); how many changed."""
-    selects = analytics_selects(types, POSTGRES)
+    (``types``: the ``terminal49`` columns by their DuckDB type names; ``analytics`` false:
+    the views of ``terminal49`` only); how many changed."""
+    selects = analytics_selects(types, POSTGRES) if analytics else []
     selects += history_selects(lambda s, t: columns_of(cur, s, t), POSTGRES)
     changed = 0
     for name, sql in selects:
@@ -64,11 +65,32 @@ def create_views(cur: Any, types: dict[str, dict[str, str]]) -> int:
     return changed
 
 
-def _frame(cur: Any, sql: str) -> pl.DataFrame:
-    cur.execute(sql)
-    df = pl.from_arrow(cur.fetch_arrow_table())
-    assert isinstance(df, pl.DataFrame)
-    return df
+def refresh_views(cur: Any) -> int:
+    """After a load's publish, in its transaction: :func:`create_views` for the tables as they
+    are now (the analytics views once a risk run published its table); how many changed."""
+    from pipelines.pg.publish import DUCKDB_NAMES
+
+    cur.execute(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        f"WHERE table_schema = '{T}' ORDER BY table_name, ordinal_position"
+    )
+    types: dict[str, dict[str, str]] = {}
+    for table, column, typ in cur.fetchall():
+        types.setdefault(table, {})[column] = DUCKDB_NAMES.get(typ, typ.upper())
+    return create_views(cur, types, analytics=bool(columns_of(cur, A, "demurrage_risk")))
+
+
+def drop_views_over(cur: Any, schema: str, table: str) -> None:
+    """Drop the views that read ``schema.table`` (and those over them), so that a column of it
+    can change type; :func:`refresh_views` creates them again in the same transaction."""
+    cur.execute(
+        "SELECT DISTINCT v.oid::regclass::text FROM pg_depend d "
+        "JOIN pg_rewrite r ON r.oid = d.objid JOIN pg_class v ON v.oid = r.ev_class "
+        "WHERE d.classid = 'pg_rewrite'::regclass "
+        f"AND d.refobjid = '{quote(schema)}.{quote(table)}'::regclass AND v.relkind = 'v'"
+    )
+    for (name,) in cur.fetchall():
+        cur.execute(f"DROP VIEW IF EXISTS {name} CASCADE")
 
 
 def raise_alerts(
@@ -79,6 +101,7 @@ def raise_alerts(
     the first publish), by :func:`pipelines.alerts.rules.raise_alerts`; how many."""
     from pipelines.alerts.rules import OUTBOX, OUTBOX_DDL
     from pipelines.alerts.rules import raise_alerts as rules
+    from pipelines.pg.read import frame as _frame
 
     cur.execute(OUTBOX_DDL.replace(" DOUBLE,", " DOUBLE PRECISION,"))
     mem = duckdb.connect()
