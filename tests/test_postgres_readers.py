@@ -13,7 +13,9 @@ from pathlib import Path
 
 import psycopg2
 import pytest
+from typer.testing import CliRunner
 
+from freetime_cli.main import app
 from pipelines.analytics import publish_risk
 from pipelines.config import ApiSettings, Warehouse
 from pipelines.report.data import load_risk
@@ -228,3 +230,19 @@ def test_the_notebooks_read_the_postgresql_warehouse_the_setting_names(
             assert defs["table_overview"].height >= 6
             assert len(defs["answers"]) >= 10  # every example question, on PostgreSQL
     assert not (tmp_path / "not-read.duckdb").exists()
+
+
+def test_report_with_a_postgresql_setting_never_reads_the_duckdb_default(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # a server nothing listens on: the report tries it (one line), not data/freetime.duckdb
+    monkeypatch.setenv("FREETIME_WAREHOUSE", "postgresql://team:secret@127.0.0.1:9/freetime")
+    monkeypatch.setenv("FREETIME_DUCKDB", str(tmp_path / "w.duckdb"))
+    for command in (["report", "--out", str(tmp_path / "r.html")], ["evidence", "ABCU1234567"]):
+        result = CliRunner().invoke(
+            app, command
+        )  # a driver looks at the platform (`file`): not fast
+        assert result.exit_code == 2, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and "127.0.0.1" in lines[0], lines
+        assert "secret" not in result.output and "w.duckdb" not in result.output
