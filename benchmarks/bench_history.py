@@ -36,7 +36,7 @@ from sandbox.process import SandboxProcess
 CLOCK = "2026-11-20T12:00:00Z"
 _publish = write_module.publish
 _record_rows, _record_children = history.record_rows, history.record_children
-_views = transaction_module.create_history_views
+_views = transaction_module.create_history_views  # type: ignore[attr-defined]
 publish_seconds: list[float] = []
 
 
@@ -52,7 +52,7 @@ def set_history(on: bool) -> None:
     noop: Callable[..., int] = lambda *a, **k: 0  # noqa: E731
     history.record_rows = _record_rows if on else noop  # type: ignore[assignment]
     history.record_children = _record_children if on else noop  # type: ignore[assignment]
-    transaction_module.create_history_views = _views if on else noop  # type: ignore[assignment]
+    transaction_module.create_history_views = _views if on else noop  # type: ignore[attr-defined,assignment]
 
 
 def history_rows(path: Path) -> int:

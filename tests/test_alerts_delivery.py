@@ -63,6 +63,9 @@ def test_each_channel_gets_the_alert_in_its_own_shape(tmp_path: Path) -> None:
             assert "<strong>MSCU0000001</strong>" in parts["text/html"].get_content()
         (slack,) = hooks.bodies("/services/")
         assert "MSCU0000001" in slack["attachments"][0]["title"]
+        # Slack's mrkdwn bolds with one star: CommonMark's two would show literally.
+        text = slack["attachments"][0]["text"]
+        assert "*MSCU0000001*" in text and "**" not in text, text
         (card,) = teams.bodies("/workflows/")
         assert card["attachments"][0]["contentType"] == "application/vnd.microsoft.card.adaptive"
         assert "MSCU0000001" in str(card)

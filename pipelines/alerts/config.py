@@ -71,7 +71,7 @@ def mask(url: str) -> str:
     except Exception:  # a URL Apprise chokes on is masked by hand below
         plugin = None
     if plugin is not None:
-        return str(plugin.url(privacy=True))
+        return str(plugin.url(privacy=True))  # type: ignore[no-untyped-call]
     try:
         parts = urlsplit(url)
     except ValueError:

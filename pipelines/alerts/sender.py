@@ -91,6 +91,13 @@ def deliver(
             key = quote(json_extras["idempotency_key"], safe="")
             extra.append(f"%2BIdempotency-Key={key}")
         url += "&" + "&".join(extra)
+    if body_format == "markdown" and url.startswith("slack"):
+        # Apprise passes markdown to Slack as it is, where **bold** shows its stars; from HTML
+        # it writes Slack's own mrkdwn.
+        from apprise.conversion import convert_between
+
+        body = convert_between(apprise.NotifyFormat.MARKDOWN, apprise.NotifyFormat.HTML, body)  # type: ignore[no-untyped-call]
+        body_format = "html"
     notifier = apprise.Apprise()
     if not notifier.add(url):
         return dest.error or "Apprise cannot send to this URL"

@@ -157,8 +157,11 @@ def read_warehouse(
 
     def fetch(table: str, sql: str) -> pl.DataFrame:
         if containers is not None and table in _ONLY:
-            return con.sql(f"{sql} WHERE {_ONLY[table]}", params=[list(containers)]).pl()
-        return con.sql(sql).pl()
+            relation = con.sql(f"{sql} WHERE {_ONLY[table]}", params=[list(containers)])
+        else:
+            relation = con.sql(sql)
+        frame: pl.DataFrame = relation.pl()
+        return frame
 
     return read_frames(_types(con, T), fetch)
 
@@ -301,8 +304,12 @@ def _containers_wide_sql(types: Mapping[str, Mapping[str, str]], d: Dialect) -> 
         cols.append(f"{expr} AS {out}")
         cols.append(f"{d.date_text(local_date)} AS {out}_local")
 
-    cc = lambda n, t="VARCHAR": c("c", "containers", n, t)  # noqa: E731
-    sc = lambda n, t="VARCHAR": c("s", "shipments", n, t)  # noqa: E731
+    def cc(name: str, sql_type: str = "VARCHAR") -> str:
+        return c("c", "containers", name, sql_type)
+
+    def sc(name: str, sql_type: str = "VARCHAR") -> str:
+        return c("s", "shipments", name, sql_type)
+
     text("container_id", "c.id")
     text("container_number", cc("number"))
     text("shipment_id", cc("shipment_id"))
@@ -551,4 +558,5 @@ def at_risk(duckdb_path: str | Path | None, levels: Sequence[str] | None = None)
         con.execute("SET TimeZone = 'UTC'")
         marks = ", ".join("?" for _ in lv)
         sql = f"SELECT * FROM {A}.demurrage_risk WHERE risk_level IN ({marks}) {URGENCY_ORDER}"
-        return con.sql(sql, params=lv).pl()
+        frame: pl.DataFrame = con.sql(sql, params=lv).pl()
+        return frame

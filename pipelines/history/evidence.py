@@ -27,8 +27,9 @@ from pipelines.analytics.charges import PARTIES, compute_charges
 from pipelines.analytics.publish import read_warehouse
 from pipelines.analytics.tariffs import load_tariffs
 from pipelines.config import ANALYTICS_SCHEMA, DATASET, resolve_warehouse
-from pipelines.history import HISTORY_TABLE, q
+from pipelines.history import HISTORY_TABLE
 from pipelines.history.views import day_flags_sql
+from pipelines.warehouse import quote as q
 from pipelines.warehouse import reading, table_names
 
 D = q(DATASET)

@@ -33,7 +33,7 @@ from dlt.sources import DltResource
 
 from pipelines.analytics.risk import AT_RISK_LEVELS
 from pipelines.config import DATASET
-from pipelines.history import HISTORY_TABLE, q
+from pipelines.history import HISTORY_TABLE
 from pipelines.terminal49 import flatten, settings
 from pipelines.terminal49.client import ApiError, Terminal49Client
 from pipelines.terminal49.settings import (
@@ -41,6 +41,7 @@ from pipelines.terminal49.settings import (
     TRANSPORT_EVENT_RELATIONSHIPS,
 )
 from pipelines.warehouse import column_types, reading, table_names
+from pipelines.warehouse import quote as q
 from pipelines.webhooks.apply import WEBHOOK_TABLE_HINTS
 from pipelines.write import LOADS_TABLE, write, writer_lock
 

@@ -80,7 +80,7 @@ def _count(cur: Cursor, sql: str, params: Sequence[Any] = ()) -> int:
     """Run ``sql``: its first value when it returns rows, else the rows it touched."""
     cur.execute(sql, list(params))
     if cur.description is None:
-        return max(cur.rowcount, 0)
+        return max(int(cur.rowcount), 0)
     row = cur.fetchone()
     return int(row[0]) if row and row[0] is not None else 0
 

@@ -15,6 +15,7 @@ import altair as alt
 import polars as pl
 
 from pipelines.analytics import LEVELS
+from pipelines.analytics.publish import CALENDAR_DAYS
 from pipelines.report import data as d
 
 WIDTH = 560
@@ -148,7 +149,7 @@ def exposure_by_carrier_chart(risk: pl.DataFrame, currency: str | None = None) -
 
 
 def lfd_calendar_chart(
-    risk: pl.DataFrame, today: date, currency: str | None = None, days: int = d.CALENDAR_DAYS
+    risk: pl.DataFrame, today: date, currency: str | None = None, days: int = CALENDAR_DAYS
 ) -> alt.LayerChart:
     """Boxes whose LFD falls on each of the next ``days`` days (by state) and their cost."""
     currency = currency or d.currency_label(risk)

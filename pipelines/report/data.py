@@ -175,7 +175,8 @@ def query(
             return read.frame(cur, sql, params)
     with reading(_path(duckdb_path)) as con:
         con.execute("SET TimeZone = 'UTC'")
-        return con.sql(sql, params=list(params) if params else None).pl()
+        frame: pl.DataFrame = con.sql(sql, params=list(params) if params else None).pl()
+        return frame
 
 
 # ---- pure helpers on the risk frame ---------------------------------------------------------
@@ -234,7 +235,8 @@ def _over_frame(risk: pl.DataFrame, sql: str) -> pl.DataFrame:
     """``sql`` over ``risk`` registered as relation ``risk`` (in-memory DuckDB, no file)."""
     with duckdb.connect() as con:
         con.register("risk", risk)
-        return con.sql(sql).pl()
+        frame: pl.DataFrame = con.sql(sql).pl()
+        return frame
 
 
 def exposure_by_terminal(risk: pl.DataFrame) -> pl.DataFrame:
