@@ -76,6 +76,14 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def warehouse_given(duckdb: Path | None, warehouse: str | None) -> str | Path | None:
+    """The warehouse named on the command line (``--warehouse`` or ``--duckdb``; exit 2 for
+    both); None leaves the choice to ``FREETIME_WAREHOUSE``, ``FREETIME_DUCKDB``, the default."""
+    if duckdb and warehouse:
+        fail("give the warehouse once: --warehouse or --duckdb, not both")
+    return warehouse or duckdb
+
+
 def parse_as_of(text: str | None) -> datetime | None:
     """``--as-of``: an ISO 8601 date or instant (``2026-11-20T12:00:00Z``); naive means UTC.
 

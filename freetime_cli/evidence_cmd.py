@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from freetime_cli._common import DuckDbOption, console, fail
+from freetime_cli._common import DuckDbOption, WarehouseOption, console, fail, warehouse_given
 
 
 def evidence(
@@ -15,6 +15,7 @@ def evidence(
         list[str], typer.Argument(help="Container numbers (or ids).", show_default=False)
     ],
     duckdb: DuckDbOption = None,
+    warehouse: WarehouseOption = None,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -33,18 +34,19 @@ def evidence(
     LFDs, appointments, pickup and empty return.
     """
     from pipelines.analytics import TariffError
-    from pipelines.config import default_duckdb_path
+    from pipelines.config import ConfigError, resolve_warehouse
     from pipelines.history.evidence import EvidenceError, write_evidence
     from pipelines.warehouse import WarehouseError, WarehouseMissing
 
-    path = duckdb or default_duckdb_path()
+    target = warehouse_given(duckdb, warehouse)
     try:
+        path = resolve_warehouse(target).path  # None on PostgreSQL
         if out is not None and out.is_dir():
             raise ValueError(f"--out {out} is a directory; give a file name such as box.html")
-        if not path.exists():
+        if path is not None and not path.exists():
             raise WarehouseMissing(f"no warehouse at {path}: run `freetime load` first")
-        written = write_evidence(path, containers, out, tariffs)
-    except (EvidenceError, ValueError, TariffError, WarehouseError) as exc:
+        written = write_evidence(path or target, containers, out, tariffs)
+    except (EvidenceError, ValueError, TariffError, WarehouseError, ConfigError) as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot write the evidence: {exc.strerror or exc}: {exc.filename or out}")

@@ -7,11 +7,19 @@ from typing import Annotated
 
 import typer
 
-from freetime_cli._common import DuckDbOption, console, fail, parse_as_of
+from freetime_cli._common import (
+    DuckDbOption,
+    WarehouseOption,
+    console,
+    fail,
+    parse_as_of,
+    warehouse_given,
+)
 
 
 def report(
     duckdb: DuckDbOption = None,
+    warehouse: WarehouseOption = None,
     out: Annotated[Path, typer.Option("--out", help="HTML file to write.")] = Path("data")
     / "report.html",
     as_of: Annotated[
@@ -25,18 +33,19 @@ def report(
 ) -> None:
     """Write the demurrage risk report: summary, charts and the at-risk table in one HTML file."""
     from pipelines.analytics import TariffError
-    from pipelines.config import ConfigError, default_duckdb_path
+    from pipelines.config import ConfigError, resolve_warehouse
     from pipelines.report import write_report
     from pipelines.warehouse import WarehouseError, WarehouseMissing
 
-    path = duckdb or default_duckdb_path()
+    target = warehouse_given(duckdb, warehouse)
     try:
         when = parse_as_of(as_of)
         if out.exists() and out.is_dir():
             raise ValueError(f"--out {out} is a directory; give a file name such as report.html")
-        if not path.exists():
+        path = resolve_warehouse(target).path  # None on PostgreSQL
+        if path is not None and not path.exists():
             raise WarehouseMissing(f"no warehouse at {path}: run `freetime load` first")
-        written = write_report(path, out, as_of=when)
+        written = write_report(path or target, out, as_of=when)
     except (ValueError, TariffError, ConfigError, WarehouseError, OSError) as exc:
         fail(str(exc))
     console.print(

@@ -13,10 +13,12 @@ from freetime_cli._common import (
     LimitOption,
     PortOption,
     TerminalOption,
+    WarehouseOption,
     WideOption,
     fail,
     parse_as_of,
     table_console,
+    warehouse_given,
 )
 from freetime_cli.atrisk_table import Filters, parse_limit, print_at_risk
 
@@ -41,6 +43,7 @@ _SHOW = [
 
 def risk(
     duckdb: DuckDbOption = None,
+    warehouse: WarehouseOption = None,
     as_of: Annotated[
         str | None, typer.Option("--as-of", help="ISO instant (default now; naive = UTC).")
     ] = None,
@@ -79,8 +82,9 @@ def risk(
             raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(_FORMATS)}")
         n = parse_limit(limit)
         filters = Filters.parse(port, terminal, carrier)
-        summary = publish_risk(duckdb, as_of=when, tariffs_path=tariffs)
-        rows = at_risk(summary.duckdb_path, levels or None)
+        target = warehouse_given(duckdb, warehouse)
+        summary = publish_risk(target, as_of=when, tariffs_path=tariffs)
+        rows = at_risk(target, levels or None)
     except (ValueError, TariffError, ConfigError, WarehouseError) as exc:
         fail(str(exc))
     every = at_risk_rows(rows.to_dicts())

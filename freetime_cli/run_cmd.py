@@ -37,6 +37,7 @@ from freetime_cli._common import (
     LimitOption,
     PortOption,
     TerminalOption,
+    WarehouseOption,
     WideOption,
     console,
     embedded_sandbox,
@@ -46,6 +47,7 @@ from freetime_cli._common import (
     print_error,
     quiet_logging,
     table_console,
+    warehouse_given,
 )
 from freetime_cli.atrisk_table import Filters, parse_limit, print_at_risk
 from pipelines import progress
@@ -130,6 +132,7 @@ def process_age() -> float | None:
 
 def run(
     duckdb: DuckDbOption = None,
+    warehouse: WarehouseOption = None,
     as_of: Annotated[
         str | None,
         typer.Option("--as-of", help="Compute risk as of this ISO 8601 instant (default: now)."),
@@ -150,7 +153,8 @@ def run(
         fail(str(exc))
     signal.signal(signal.SIGINT, _on_sigint)
     try:
-        _run(duckdb, as_of, view)
+        target = warehouse_given(duckdb, warehouse)
+        _run(target, as_of, view)
     except KeyboardInterrupt:
         print_error(
             "interrupted: the warehouse holds what the last completed step wrote; "
@@ -159,7 +163,7 @@ def run(
         raise typer.Exit(130) from None
 
 
-def _run(duckdb: Path | None, as_of: str | None, view: TableView) -> None:
+def _run(duckdb: str | Path | None, as_of: str | None, view: TableView) -> None:
     command_started = time.perf_counter()
     age = process_age()
     started = command_started - age if age is not None else None
@@ -297,7 +301,7 @@ def _start_temporary_prefect_server() -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _run_sync(duckdb: Path | None, as_of: dt.datetime | None) -> RunReport:
+def _run_sync(duckdb: str | Path | None, as_of: dt.datetime | None) -> RunReport:
     """Run the flow; a failure becomes one line on stderr and exit code 1."""
     import httpx
 

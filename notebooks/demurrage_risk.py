@@ -2,7 +2,8 @@
 
     uv run marimo edit notebooks/demurrage_risk.py
 
-The warehouse is env FREETIME_DUCKDB or data/freetime.duckdb. Every read is a brief read-only
+The warehouse is env FREETIME_WAREHOUSE (a DuckDB file or a PostgreSQL URL), else FREETIME_DUCKDB
+or data/freetime.duckdb. Every read is a brief read-only
 connection (closed before anything is drawn), so a load can run while this notebook is open.
 """
 
@@ -19,20 +20,21 @@ def _():
     import marimo as mo
     import polars as pl
 
-    from pipelines.config import default_duckdb_path
+    from pipelines.config import resolve_warehouse
     from pipelines.report import charts
     from pipelines.report import data as rdata
     from pipelines.warehouse import WarehouseLocked, WarehouseMissing
 
     return (
-        UTC, WarehouseLocked, WarehouseMissing, charts, datetime, default_duckdb_path, mo, pl,
+        UTC, WarehouseLocked, WarehouseMissing, charts, datetime, mo, pl, resolve_warehouse,
         rdata,
     )
 
 
 @app.cell
-def _(WarehouseLocked, WarehouseMissing, datetime, UTC, default_duckdb_path, mo, rdata):
-    duckdb_path = default_duckdb_path()
+def _(WarehouseLocked, WarehouseMissing, datetime, UTC, mo, rdata, resolve_warehouse):
+    _warehouse = resolve_warehouse()  # FREETIME_WAREHOUSE: a DuckDB file or a PostgreSQL URL
+    duckdb_path = _warehouse.path  # None on PostgreSQL: every read resolves the setting
     try:
         published_at = rdata.published_as_of(duckdb_path)
     except (WarehouseMissing, WarehouseLocked) as _exc:
@@ -41,14 +43,14 @@ def _(WarehouseLocked, WarehouseMissing, datetime, UTC, default_duckdb_path, mo,
         f"""
         # Demurrage risk
 
-        Warehouse `{duckdb_path}` (set `FREETIME_DUCKDB` to use another file).
+        Warehouse `{_warehouse.display}` (set `FREETIME_WAREHOUSE` to use another).
         Published risk run: **{published_at:%Y-%m-%d %H:%M} UTC**.
         """
         if published_at
         else f"""
         # Demurrage risk
 
-        Warehouse `{duckdb_path}`: no published risk run yet (`freetime risk` writes one);
+        Warehouse `{_warehouse.display}`: no published risk run yet (`freetime risk` writes one);
         the risk below is computed in memory.
         """
     )

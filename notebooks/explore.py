@@ -2,8 +2,9 @@
 
     uv run marimo edit notebooks/explore.py
 
-The warehouse is env FREETIME_DUCKDB or data/freetime.duckdb. Every query opens a brief
-read-only connection and closes it, so loads are never blocked for long.
+The warehouse is env FREETIME_WAREHOUSE (a DuckDB file or a PostgreSQL URL), else
+FREETIME_DUCKDB or data/freetime.duckdb. Every query opens a brief read-only connection and
+closes it, so loads are never blocked for long. The SQL runs unchanged on DuckDB and PostgreSQL.
 """
 
 import marimo
@@ -15,49 +16,47 @@ app = marimo.App(width="full", app_title="Explore the freetime warehouse")
 @app.cell
 def _():
     import altair as alt
-    import duckdb
     import marimo as mo
     import polars as pl
 
-    from pipelines.config import default_duckdb_path
+    from pipelines.config import resolve_warehouse
     from pipelines.report import data as rdata
-    from pipelines.warehouse import WarehouseLocked, WarehouseMissing, reading
+    from pipelines.warehouse import WarehouseLocked, WarehouseMissing
 
     return (
         WarehouseLocked,
         WarehouseMissing,
         alt,
-        default_duckdb_path,
-        duckdb,
         mo,
         pl,
         rdata,
-        reading,
+        resolve_warehouse,
     )
 
 
 @app.cell
-def _(WarehouseLocked, WarehouseMissing, default_duckdb_path, mo, pl, reading):
-    duckdb_path = default_duckdb_path()
+def _(WarehouseLocked, WarehouseMissing, mo, pl, rdata, resolve_warehouse):
+    _warehouse = resolve_warehouse()  # FREETIME_WAREHOUSE: a DuckDB file or a PostgreSQL URL
+    duckdb_path = _warehouse.path  # None on PostgreSQL: every query resolves the setting
     try:
-        # one brief connection: list the tables and count their rows, then close
-        with reading(duckdb_path) as _con:
-            _tables = _con.execute(
-                "SELECT table_schema, table_name, table_type FROM information_schema.tables "
-                "WHERE table_schema IN ('terminal49', 'analytics') "
-                "AND table_name NOT LIKE '\\_dlt%' ESCAPE '\\' ORDER BY 1, 2"
-            ).fetchall()
-            table_overview = pl.DataFrame(
-                [
-                    {
-                        "schema": _s, "table": _t, "kind": _k.lower(),
-                        "rows": _con.execute(f'SELECT count(*) FROM {_s}."{_t}"').fetchone()[0],
-                    }
-                    for _s, _t, _k in _tables
-                ],
-                schema={"schema": pl.String, "table": pl.String, "kind": pl.String,
-                        "rows": pl.Int64},
-            )
+        # brief read-only queries: list the tables and count their rows
+        _tables = rdata.query(
+            duckdb_path,
+            "SELECT table_schema, table_name, table_type FROM information_schema.tables "
+            "WHERE table_schema IN ('terminal49', 'analytics') "
+            "AND table_name NOT LIKE '\\_dlt%' ESCAPE '\\' ORDER BY 1, 2",
+        ).rows()
+        table_overview = pl.DataFrame(
+            [
+                {
+                    "schema": _s, "table": _t, "kind": _k.lower(),
+                    "rows": rdata.query(duckdb_path, f'SELECT count(*) FROM {_s}."{_t}"').item(),
+                }
+                for _s, _t, _k in _tables
+            ],
+            schema={"schema": pl.String, "table": pl.String, "kind": pl.String,
+                    "rows": pl.Int64},
+        )
     except (WarehouseMissing, WarehouseLocked) as _exc:
         mo.stop(True, mo.callout(mo.md(f"**Cannot open the warehouse.** {_exc}"), kind="danger"))
     mo.vstack([
@@ -65,7 +64,8 @@ def _(WarehouseLocked, WarehouseMissing, default_duckdb_path, mo, pl, reading):
             f"""
             # A tour of the freetime warehouse
 
-            File `{duckdb_path}` (set `FREETIME_DUCKDB` to use another). Two schemas:
+            Warehouse `{_warehouse.display}` (set `FREETIME_WAREHOUSE` to use another). Two
+            schemas:
 
             - **`terminal49`**: what the API said, one table per entity, merged on every load:
               `containers` (one row per box: milestones, LFDs, availability, appointment),
@@ -166,14 +166,15 @@ def _():
            max(dwell_days) AS longest_dwell_days
     FROM analytics.demurrage_risk
     WHERE risk_level = 'unknown'
-    GROUP BY ALL ORDER BY containers_without_lfd DESC""",
+    GROUP BY pod_terminal_name ORDER BY containers_without_lfd DESC""",
         "Which carriers slip their ETAs the most?": """
     SELECT shipping_line_scac, count(*) AS containers,
-           round(avg(eta_slip_days), 1) AS avg_slip_days,
-           round(quantile_cont(eta_slip_days, 0.9), 1) AS p90_slip_days
+           round(avg(eta_slip_days) * 10) / 10 AS avg_slip_days,
+           round(percentile_cont(0.9) WITHIN GROUP (ORDER BY eta_slip_days) * 10) / 10
+             AS p90_slip_days
     FROM analytics.demurrage_risk
     WHERE eta_slip_days IS NOT NULL
-    GROUP BY ALL ORDER BY avg_slip_days DESC""",
+    GROUP BY shipping_line_scac ORDER BY avg_slip_days DESC""",
         "Where do the line, terminal and rail LFDs disagree?": """
     SELECT container_number, lfd_line, lfd_terminal, lfd_rail, lfd_disagreement_days, lfd_source
     FROM analytics.demurrage_risk
@@ -193,8 +194,9 @@ def _():
     JOIN terminal49.containers c ON c.shipment_id = s.id
     WHERE s.pod_ata_at IS NULL
       AND s.pod_eta_at BETWEEN (SELECT max(as_of) FROM analytics.demurrage_risk)
-                           AND (SELECT max(as_of) FROM analytics.demurrage_risk) + INTERVAL 7 DAY
-    GROUP BY ALL ORDER BY eta_utc""",
+                           AND (SELECT max(as_of) FROM analytics.demurrage_risk) + INTERVAL '7 days'
+    GROUP BY s.pod_vessel_name, s.pod_voyage_number, s.port_of_discharge_locode
+    ORDER BY eta_utc""",
         "What changed since the previous run: newly overdue": """
     SELECT c.container_number, c.lfd_date, c.pod_terminal_name, p.risk_level AS was
     FROM analytics.demurrage_risk c
@@ -254,7 +256,7 @@ def _(alt, answers, mo):
 def _(mo):
     scratch = mo.ui.code_editor(
         value="SELECT risk_level, count(*) AS containers\n"
-              "FROM analytics.demurrage_risk\nGROUP BY ALL ORDER BY containers DESC",
+              "FROM analytics.demurrage_risk\nGROUP BY risk_level ORDER BY containers DESC",
         language="sql",
         label="Scratch pad: any read-only SQL (the connection is read-only)",
         min_height=100,
@@ -264,11 +266,11 @@ def _(mo):
 
 
 @app.cell
-def _(duckdb, duckdb_path, mo, rdata, scratch):
+def _(duckdb_path, mo, rdata, scratch):
     try:
         scratch_result = rdata.query(duckdb_path, scratch.value)
         _out = mo.ui.table(scratch_result, selection=None, page_size=15)
-    except duckdb.Error as _exc:
+    except Exception as _exc:  # the SQL error of either warehouse (DuckDB's or ADBC's)
         scratch_result = None
         _out = mo.callout(mo.md(f"**Query failed:** `{_exc}`"), kind="warn")
     _out

@@ -38,6 +38,7 @@ from pipelines.analytics.tariffs import load_tariffs
 from pipelines.config import ANALYTICS_SCHEMA as A
 from pipelines.config import DATASET as T
 from pipelines.config import resolve_duckdb_path, resolve_warehouse
+from pipelines.dialect import DUCKDB, Dialect
 from pipelines.history import record_binding
 from pipelines.history.views import create_views as create_history_views
 from pipelines.warehouse import WarehouseError, WarehouseMissing, reading, writing
@@ -210,7 +211,8 @@ def exposure_sql(source: str, keys: Sequence[str]) -> str:
             coalesce(sum(projected_demurrage) FILTER (WHERE {active}), 0) AS projected_demurrage,
             coalesce(sum(projected_detention), 0) AS projected_detention,
             count(*) FILTER (WHERE {active} AND NOT costed) AS uncosted
-        FROM {source} GROUP BY ALL ORDER BY overdue DESC, projected_demurrage DESC"""
+        FROM {source} GROUP BY {", ".join(keys)}
+        ORDER BY overdue DESC, projected_demurrage DESC"""
 
 
 def lfd_calendar_sql(source: str, first_day: str | None = None, days: int = CALENDAR_DAYS) -> str:
@@ -227,11 +229,11 @@ def lfd_calendar_sql(source: str, first_day: str | None = None, days: int = CALE
     return f"""
         WITH base AS ({base}),
         days AS (SELECT CAST(d0 + CAST(i AS INTEGER) AS DATE) AS lfd_date
-                 FROM base, range({int(days)}) t(i) WHERE d0 IS NOT NULL)
+                 FROM base, generate_series(0, {int(days) - 1}) t(i) WHERE d0 IS NOT NULL)
         SELECT days.lfd_date,
             count(r.container_id) AS boxes,
             count(r.container_id) FILTER (WHERE r.ready_for_pickup) AS ready,
-            count(r.container_id) FILTER (WHERE len(r.blocking_holds) > 0) AS on_hold,
+            count(r.container_id) FILTER (WHERE cardinality(r.blocking_holds) > 0) AS on_hold,
             count(r.container_id) FILTER (WHERE r.pickup_appointment_at IS NOT NULL)
                 AS with_appointment,
             coalesce(sum(r.projected_demurrage), 0) AS projected_demurrage,
@@ -241,24 +243,28 @@ def lfd_calendar_sql(source: str, first_day: str | None = None, days: int = CALE
         GROUP BY days.lfd_date ORDER BY days.lfd_date"""
 
 
-def _sql_views(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """The analytics views; ``containers_wide`` adapts to the columns dlt actually created."""
-    types = _types(con, T)
+def view_selects(
+    types: Mapping[str, Mapping[str, str]], d: Dialect = DUCKDB
+) -> list[tuple[str, str]]:
+    """``(qualified name, SELECT)`` of the analytics views in dialect ``d``, for a warehouse
+    whose ``terminal49`` column types are ``types``; ``containers_wide`` adapts to the
+    columns dlt actually created."""
     risk = f"{A}.demurrage_risk"
-    views = [
-        f"""CREATE OR REPLACE VIEW {A}.at_risk_containers AS
-        SELECT row_number() OVER ({URGENCY_ORDER}) AS urgency_rank, *
+    return [
+        (
+            f"{A}.at_risk_containers",
+            f"""SELECT row_number() OVER ({URGENCY_ORDER}) AS urgency_rank, *
         FROM {risk}
         WHERE risk_level IN ({AT_RISK_SQL}) {URGENCY_ORDER}""",
-        f"CREATE OR REPLACE VIEW {A}.exposure_by_terminal AS {exposure_sql(risk, TERMINAL_KEYS)}",
-        f"CREATE OR REPLACE VIEW {A}.exposure_by_carrier AS {exposure_sql(risk, CARRIER_KEYS)}",
-        f"CREATE OR REPLACE VIEW {A}.lfd_calendar AS {lfd_calendar_sql(risk)}",
-        _containers_wide_sql(types),
+        ),
+        (f"{A}.exposure_by_terminal", exposure_sql(risk, TERMINAL_KEYS)),
+        (f"{A}.exposure_by_carrier", exposure_sql(risk, CARRIER_KEYS)),
+        (f"{A}.lfd_calendar", lfd_calendar_sql(risk)),
+        (f"{A}.containers_wide", _containers_wide_sql(types, d)),
     ]
-    return views
 
 
-def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
+def _containers_wide_sql(types: Mapping[str, Mapping[str, str]], d: Dialect) -> str:
     """One row per container with the vendor's DataSync column names (containers_rail).
 
     The ``*_last_free_day_on`` columns are the LFD columns (local DATEs); their ``_local`` twins
@@ -267,12 +273,12 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
     have = {t: set(cols) for t, cols in types.items()}
 
     def c(alias: str, table: str, name: str, typ: str = "VARCHAR") -> str:
-        return f'{alias}."{name}"' if name in have.get(table, set()) else f"NULL::{typ}"
+        return f'{alias}."{name}"' if name in have.get(table, set()) else f"NULL::{d.type(typ)}"
 
     def src(table: str, cols: dict[str, str]) -> str:
         if table in have:
             return f'{T}."{table}"'
-        sel = ", ".join(f'NULL::{t} AS "{n}"' for n, t in cols.items())
+        sel = ", ".join(f'NULL::{d.type(t)} AS "{n}"' for n, t in cols.items())
         return f"(SELECT {sel} WHERE false)"
 
     ts = "TIMESTAMPTZ"
@@ -292,11 +298,11 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
 
     def at(out: str, expr: str, tz: str) -> None:
         cols.append(f"{expr} AS {out}")
-        cols.append(f"strftime(timezone({tz}, {expr}), '%Y-%m-%d %H:%M:%S') AS {out}_local")
+        cols.append(f"{d.local_text(expr, tz)} AS {out}_local")
 
     def lfd(out: str, expr: str, local_date: str) -> None:
         cols.append(f"{expr} AS {out}")
-        cols.append(f"strftime({local_date}, '%Y-%m-%d') AS {out}_local")
+        cols.append(f"{d.date_text(local_date)} AS {out}_local")
 
     def cc(name: str, sql_type: str = "VARCHAR") -> str:
         return c("c", "containers", name, sql_type)
@@ -364,7 +370,7 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
     at("ind_full_out_at", cc("final_destination_full_out_at", ts), ind_tz)
     at("empty_terminated_at", cc("empty_terminated_at", ts), f"coalesce({empty_tz}, {pod_tz})")
     text("fees_at_pod_terminal", "f.fees_json")
-    text("demurrage_at_pod_terminal", "CAST(f.demurrage AS VARCHAR)")
+    text("demurrage_at_pod_terminal", d.number_text("f.demurrage"))
     text("holds_at_pod_terminal", "h.holds_json")
     for hold in ("freight", "customs", "usda", "tmf", "other"):
         text(f"{hold}_hold_at_pod_terminal", f"h.{hold}")
@@ -417,17 +423,17 @@ def _containers_wide_sql(types: dict[str, dict[str, str]]) -> str:
         for h in ("freight", "customs", "usda", "tmf")
     )
     empty_ids = {"id": "VARCHAR"}
-    return f"""CREATE OR REPLACE VIEW {A}.containers_wide AS
+    holds_json = d.json_list({"name": "x.name", "status": "x.status", "description": desc})
+    fees_json = d.json_list({"type": "x.type", "amount": "x.amount", "currency_code": cur})
+    return f"""
     WITH h AS (
         SELECT x.container_id, {hold_pivot},
             max(x.status) FILTER (WHERE lower(x.name) NOT IN {named}) AS other,
-            CAST(to_json(list({{'name': x.name, 'status': x.status, 'description': {desc}}}))
-                 AS VARCHAR) AS holds_json
+            {holds_json} AS holds_json
         FROM {holds_src} x GROUP BY x.container_id),
     f AS (
         SELECT x.container_id,
-            CAST(to_json(list({{'type': x.type, 'amount': x.amount, 'currency_code': {cur}}}))
-                 AS VARCHAR) AS fees_json,
+            {fees_json} AS fees_json,
             sum(x.amount) FILTER (WHERE x.type = 'demurrage') AS demurrage
         FROM {fees_src} x GROUP BY x.container_id)
     SELECT {", ".join(cols)}
@@ -500,8 +506,8 @@ def publish_risk(
             con.execute(
                 f"CREATE OR REPLACE TABLE {A}.{DAYS_TABLE} AS SELECT * FROM _charge_days_new"
             )
-            for sql in _sql_views(con):
-                con.execute(sql)
+            for name, sql in view_selects(_types(con, T)):
+                con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
             create_history_views(con)  # charged_days, free_time_used read the engine's tables
             # a move of the binding LFD is history too (pipelines.history)
             record_binding(con, f"risk-{as_of.isoformat()}", as_of)

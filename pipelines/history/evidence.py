@@ -26,7 +26,7 @@ import polars as pl
 from pipelines.analytics.charges import PARTIES, compute_charges
 from pipelines.analytics.publish import read_warehouse
 from pipelines.analytics.tariffs import load_tariffs
-from pipelines.config import ANALYTICS_SCHEMA, DATASET
+from pipelines.config import ANALYTICS_SCHEMA, DATASET, resolve_warehouse
 from pipelines.history import HISTORY_TABLE
 from pipelines.history.views import day_flags_sql
 from pipelines.warehouse import quote as q
@@ -540,7 +540,7 @@ def render_csv(ev: Evidence) -> str:
 
 
 def write_evidence(
-    duckdb_path: Path,
+    duckdb_path: str | Path | None,
     containers: list[str],
     out: Path | None = None,
     tariffs_path: str | Path | None = None,
@@ -552,8 +552,18 @@ def write_evidence(
     Raises :class:`EvidenceError`, TariffError, WarehouseError, OSError.
     """
     tariffs = load_tariffs(tariffs_path)
-    with reading(duckdb_path) as con:
-        found = [gather(con, c, tariffs) for c in containers]
+    warehouse = resolve_warehouse(duckdb_path)
+    if warehouse.is_postgres:  # the containers' rows, copied from one snapshot
+        from pipelines.pg import read
+
+        with read.reading(warehouse) as cur:
+            copy = read.container_copy(cur, containers)
+        with copy:
+            found = [gather(copy, c, tariffs) for c in containers]
+    else:
+        assert warehouse.path is not None
+        with reading(warehouse.path) as con:
+            found = [gather(con, c, tariffs) for c in containers]
     written = []
     for ev in found:
         if out is None:

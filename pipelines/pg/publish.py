@@ -118,6 +118,9 @@ def publish(
                 _publish_load(cur, writer, load_id, out)
                 out.load_ids.append(load_id)
             apply_comments(cur, DATASET)
+            from pipelines.pg.views import refresh_views  # the views read the merged tables
+
+            refresh_views(cur)
             if finish is not None:
                 finish(cur)
         con.commit()
@@ -202,6 +205,9 @@ def _align_target(cur: Cursor, table: str, incoming: Mapping[str, str]) -> None:
         if column not in target:
             cur.execute(f"ALTER TABLE {name} ADD COLUMN {quote(column)} {typ}")
         elif target[column] != typ:
+            from pipelines.pg.views import drop_views_over  # made again after the merge
+
+            drop_views_over(cur, DATASET, table)
             cur.execute(
                 f"ALTER TABLE {name} ALTER {quote(column)} TYPE {typ} USING {quote(column)}::{typ}"
             )

@@ -1,17 +1,22 @@
 """Demurrage risk on a PostgreSQL warehouse: :func:`pipelines.analytics.publish_risk`'s contract.
 
 The inputs are read with a columnar driver (ADBC's PostgreSQL driver: ``terminal49`` tables
-straight into Arrow, then polars), the rules are :func:`pipelines.analytics.compute_risk`'s,
-and ``analytics.demurrage_risk`` (with ``demurrage_risk_previous`` and the binding LFD's
-history rows) is published in one PostgreSQL transaction. The new rows go to a temporary
-table by ADBC's bulk ingest (COPY), then replace the published ones by DELETE and INSERT, so
-a reader is never blocked and sees the table before or after the publish, whole (a change of
-the table's columns takes a brief lock instead). The views of ``analytics`` are not created
-on PostgreSQL yet.
+straight into Arrow, then polars), the rules are those of the DuckDB path (one
+:func:`pipelines.analytics.risk.clock` for the risk rows and
+:func:`pipelines.analytics.charges.compute_charges`), and everything the DuckDB path publishes
+is published in one PostgreSQL transaction: ``analytics.demurrage_risk`` (the old rows moved
+to ``demurrage_risk_previous``), ``analytics.charges`` and ``analytics.charge_days``, the
+views (:mod:`pipelines.pg.views`), the binding LFD's history rows and the alerts the run
+raises (``analytics.alert_outbox``). The new rows go to temporary tables by ADBC's bulk ingest
+(COPY), then replace the published ones by DELETE and INSERT, so a reader is never blocked
+and sees every table before or after the publish, whole (a change of a table's columns takes
+a brief lock instead). Two risk runs of one warehouse publish one after the other (a
+transaction-level advisory lock).
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -21,6 +26,8 @@ from typing import Any
 
 import polars as pl
 
+from pipelines.alerts.rules import NEEDED
+from pipelines.analytics.charges import DAYS_TABLE, PARTIES_TABLE, compute_charges
 from pipelines.analytics.publish import (
     URGENCY_ORDER,
     RiskSummary,
@@ -30,8 +37,10 @@ from pipelines.analytics.publish import (
 from pipelines.analytics.risk import (
     AT_RISK_LEVELS,
     LEVELS,
+    UnconvertedLfds,
     WarehouseFrames,
-    compute_risk,
+    clock,
+    risk_of,
 )
 from pipelines.analytics.tariffs import load_tariffs
 from pipelines.config import ANALYTICS_SCHEMA as A
@@ -40,9 +49,12 @@ from pipelines.config import Warehouse
 from pipelines.history import BINDING_BASIS_FIELD, BINDING_FIELD
 from pipelines.pg.connection import dsn_with_password, masked
 from pipelines.pg.publish import DUCKDB_NAMES, HISTORY, HISTORY_COLUMNS, ensure_history
+from pipelines.pg.views import create_views, raise_alerts
 from pipelines.warehouse import WarehouseMissing, WarehouseUnusable
 
 RISK, PREVIOUS = "demurrage_risk", "demurrage_risk_previous"
+#: the advisory lock key of risk publishers (held for a publish's transaction)
+RISK_KEY = int.from_bytes(hashlib.sha256(b"freetime.risk").digest()[:8], "big") >> 1
 
 
 @contextmanager
@@ -112,14 +124,16 @@ def publish_risk(
                 "`freetime load` first"
             )
         try:
-            df = compute_risk(read_warehouse(cur), as_of, tariffs).collect(engine="in-memory")
-        except pl.exceptions.PolarsError as exc:
+            c = clock(read_warehouse(cur), as_of, tariffs)
+            df = risk_of(c).collect(engine="in-memory")
+            parties, days = compute_charges(c).collect()
+        except (pl.exceptions.PolarsError, UnconvertedLfds) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise WarehouseIncompatible(
                 f"cannot compute risk from {warehouse.display}: {first}"
             ) from None
         try:
-            _publish(cur, df, f"risk-{as_of.isoformat()}", as_of)
+            _publish(cur, df, parties, days, f"risk-{as_of.isoformat()}", as_of)
             con.commit()
         except BaseException:
             con.rollback()
@@ -139,29 +153,54 @@ def publish_risk(
     )
 
 
-def _publish(cur: Any, df: pl.DataFrame, run_id: str, as_of: datetime) -> None:
+def _publish(
+    cur: Any,
+    df: pl.DataFrame,
+    parties: pl.DataFrame,
+    days: pl.DataFrame,
+    run_id: str,
+    as_of: datetime,
+) -> None:
     """Inside the caller's transaction: the rows of ``df`` replace ``analytics.demurrage_risk``,
-    whose rows replace ``demurrage_risk_previous``; then the binding LFD's history."""
+    whose rows replace ``demurrage_risk_previous``; the engine's rows replace ``charges`` and
+    ``charge_days``; then the views, the binding LFD's history and the alerts."""
+    cur.execute(f"SELECT pg_advisory_xact_lock({RISK_KEY})")
     cur.execute(f"CREATE SCHEMA IF NOT EXISTS {A}")
-    cur.execute("DROP TABLE IF EXISTS _risk_new")
-    cur.adbc_ingest("_risk_new", df.to_arrow(), mode="create", temporary=True)
     tables = _columns(cur, A)
-    new = _columns_of_temp(cur)
+    previous = None
     if tables.get(RISK) is not None:
+        # the alerts compare these columns only: the rest of the old rows is not read
+        have = {c for c, _ in tables[RISK]}
+        compared = ", ".join(c for c in NEEDED if c in have)
+        previous = _frame(cur, f"SELECT {compared} FROM {A}.{RISK}") if compared else None
         if tables.get(PREVIOUS) == tables[RISK]:
             cur.execute(f"DELETE FROM {A}.{PREVIOUS}")
             cur.execute(f"INSERT INTO {A}.{PREVIOUS} SELECT * FROM {A}.{RISK}")
         else:
-            cur.execute(f"DROP TABLE IF EXISTS {A}.{PREVIOUS}")
+            cur.execute(f"DROP TABLE IF EXISTS {A}.{PREVIOUS} CASCADE")
             cur.execute(f"CREATE TABLE {A}.{PREVIOUS} AS SELECT * FROM {A}.{RISK}")
-    if tables.get(RISK) == new:
-        cur.execute(f"DELETE FROM {A}.{RISK}")
-        cur.execute(f"INSERT INTO {A}.{RISK} SELECT * FROM _risk_new")
-    else:
-        cur.execute(f"DROP TABLE IF EXISTS {A}.{RISK}")
-        cur.execute(f"CREATE TABLE {A}.{RISK} AS SELECT * FROM _risk_new")
-    cur.execute("DROP TABLE _risk_new")
+    for table, frame in ((RISK, df), (PARTIES_TABLE, parties), (DAYS_TABLE, days)):
+        _replace(cur, table, frame, tables.get(table))
+    create_views(cur, _types(cur, T))
     record_binding(cur, run_id, as_of)
+    raise_alerts(cur, df, previous, as_of)
+
+
+def _replace(
+    cur: Any, table: str, frame: pl.DataFrame, published: list[tuple[str, str]] | None
+) -> None:
+    """The rows of ``frame`` replace those of ``analytics.<table>`` (whose columns are
+    ``published``): DELETE and INSERT when the columns are the same, else a new table (the
+    views over the old one go with it and are created again)."""
+    cur.execute("DROP TABLE IF EXISTS _new_rows")
+    cur.adbc_ingest("_new_rows", frame.to_arrow(), mode="create", temporary=True)
+    if published == _columns_of_temp(cur):
+        cur.execute(f"DELETE FROM {A}.{table}")
+        cur.execute(f"INSERT INTO {A}.{table} SELECT * FROM _new_rows")
+    else:
+        cur.execute(f"DROP TABLE IF EXISTS {A}.{table} CASCADE")
+        cur.execute(f"CREATE TABLE {A}.{table} AS SELECT * FROM _new_rows")
+    cur.execute("DROP TABLE _new_rows")
 
 
 def _columns(cur: Any, schema: str) -> dict[str, list[tuple[str, str]]]:
@@ -179,7 +218,7 @@ def _columns_of_temp(cur: Any) -> list[tuple[str, str]]:
     cur.execute(
         "SELECT column_name, data_type FROM information_schema.columns "
         "WHERE table_schema = pg_my_temp_schema()::regnamespace::text "
-        "AND table_name = '_risk_new' ORDER BY ordinal_position"
+        "AND table_name = '_new_rows' ORDER BY ordinal_position"
     )
     return [(c, t) for c, t in cur.fetchall()]
 

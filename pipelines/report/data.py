@@ -7,6 +7,10 @@ notebook never blocks a load for longer than one query.
 ``as_of=None`` reads the published ``analytics.demurrage_risk`` (what ``freetime risk`` or the
 ``sync`` flow last wrote). Any other instant recomputes the risk in memory from the
 ``terminal49`` tables with :func:`pipelines.analytics.compute_risk`: nothing is written.
+
+``duckdb_path`` is any warehouse (a path, a ``postgresql://`` URL, None for the setting
+``FREETIME_WAREHOUSE``...); on PostgreSQL each read is a read-only snapshot
+(:func:`pipelines.pg.read.reading`), so a reader never sees half a publish.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pipelines.analytics.publish import (
     exposure_sql,
     lfd_calendar_sql,
 )
-from pipelines.config import ANALYTICS_SCHEMA, DATASET, default_duckdb_path
+from pipelines.config import ANALYTICS_SCHEMA, DATASET, Warehouse, resolve_warehouse
 from pipelines.warehouse import WarehouseMissing, reading, table_names
 
 ACTIVE = pl.col("risk_level") != "done"
@@ -40,7 +44,7 @@ class RiskData:
     risk: pl.DataFrame
     as_of: datetime
     source: str  # "published" or "computed"
-    duckdb_path: Path
+    duckdb_path: Path | str  # the warehouse's display form on PostgreSQL
 
     @property
     def today(self) -> date:
@@ -60,7 +64,15 @@ class RiskData:
 
 
 def _path(duckdb_path: str | Path | None) -> Path:
-    return Path(duckdb_path) if duckdb_path else default_duckdb_path()
+    warehouse = resolve_warehouse(duckdb_path)
+    assert warehouse.path is not None  # callers dispatch PostgreSQL first
+    return warehouse.path
+
+
+def _postgres(duckdb_path: str | Path | None) -> Warehouse | None:
+    """The PostgreSQL warehouse chosen, None for a DuckDB file."""
+    warehouse = resolve_warehouse(duckdb_path)
+    return warehouse if warehouse.is_postgres else None
 
 
 def _utc(as_of: datetime) -> datetime:
@@ -69,6 +81,16 @@ def _utc(as_of: datetime) -> datetime:
 
 def published_as_of(duckdb_path: str | Path | None = None) -> datetime | None:
     """The ``as_of`` of the published risk table, or None when nothing was published."""
+    pg = _postgres(duckdb_path)
+    if pg is not None:
+        from pipelines.pg import read
+
+        with read.reading(pg) as cur:
+            if not read.has_table(cur, ANALYTICS_SCHEMA, "demurrage_risk"):
+                return None
+            stamp = read.frame(cur, f"SELECT max(as_of) FROM {ANALYTICS_SCHEMA}.demurrage_risk")
+        value = stamp.item() if stamp.height else None
+        return _utc(value) if isinstance(value, datetime) else None
     with reading(_path(duckdb_path)) as con:
         if "demurrage_risk" not in table_names(con, ANALYTICS_SCHEMA):
             return None
@@ -88,6 +110,9 @@ def load_risk(
     With ``as_of=None`` and nothing published yet, the risk is computed at the current time.
     Raises ``WarehouseMissing`` (no file or no ``terminal49.containers``) or ``WarehouseLocked``.
     """
+    pg = _postgres(duckdb_path)
+    if pg is not None:
+        return _load_risk_postgres(pg, as_of, tariffs_path)
     path = _path(duckdb_path)
     if as_of is None:
         with reading(path) as con:
@@ -110,10 +135,44 @@ def load_risk(
     return RiskData(df, when, "computed", path)
 
 
+def _load_risk_postgres(
+    warehouse: Warehouse, as_of: datetime | None, tariffs_path: str | Path | None
+) -> RiskData:
+    """:func:`load_risk` on PostgreSQL: the published rows, or the inputs read in one snapshot
+    and the risk computed in memory."""
+    from pipelines.pg import read
+    from pipelines.pg.risk import read_warehouse as read_postgres
+
+    tariffs = load_tariffs(tariffs_path) if as_of is not None else None
+    with read.reading(warehouse) as cur:
+        if as_of is None and read.has_table(cur, ANALYTICS_SCHEMA, "demurrage_risk"):
+            df = read.frame(cur, f"SELECT * FROM {ANALYTICS_SCHEMA}.demurrage_risk")
+            stamp = df["as_of"].max() if df.height else None
+            when = _utc(stamp) if isinstance(stamp, datetime) else datetime.now(UTC)
+            return RiskData(df, when, "published", warehouse.display)
+        if not read.has_table(cur, DATASET, "containers"):
+            raise WarehouseMissing(
+                f"the warehouse {warehouse.display} has no {DATASET}.containers table: run "
+                "`freetime load` first"
+            )
+        frames = read_postgres(cur)
+    when = _utc(as_of or datetime.now(UTC))
+    df = compute_risk(frames, when, tariffs or load_tariffs(tariffs_path)).collect(
+        engine="in-memory"
+    )
+    return RiskData(df, when, "computed", warehouse.display)
+
+
 def query(
     duckdb_path: str | Path | None, sql: str, params: Sequence[object] | None = None
 ) -> pl.DataFrame:
     """Run one read-only query on a brief connection; the result as a polars frame."""
+    pg = _postgres(duckdb_path)
+    if pg is not None:
+        from pipelines.pg import read
+
+        with read.reading(pg) as cur:
+            return read.frame(cur, sql, params)
     with reading(_path(duckdb_path)) as con:
         con.execute("SET TimeZone = 'UTC'")
         frame: pl.DataFrame = con.sql(sql, params=list(params) if params else None).pl()
