@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from pipelines.load import run_load
 from pipelines.pg.lock import writer_lock
 from pipelines.webhooks.receiver import PATH
 from sandbox.process import SandboxProcess
-from tests.test_receiver_apply import SECRET, _notification
+from tests.test_receiver_apply import SECRET, _notification, _within
 from tests.test_side_by_side import _free_port
 
 pytestmark = pytest.mark.postgres
@@ -48,14 +47,6 @@ def _rows(url: str, sql: str) -> list[tuple[Any, ...]]:
         return []
     finally:
         con.close()
-
-
-def _within(seconds: float, check: Callable[[], bool], what: str) -> float:
-    started = time.monotonic()
-    while not check():
-        assert time.monotonic() - started < seconds, f"{what} not within {seconds:.0f}s"
-        time.sleep(0.25)
-    return time.monotonic() - started
 
 
 def test_the_receiver_applies_into_postgresql_and_risk_follows_within_10s(

@@ -210,29 +210,8 @@ def prepare(con: duckdb.DuckDBPyConnection) -> None:
         )
     ccols = set(columns(con, T, "containers"))
     if {"id", "number"} <= ccols:
-        parts = [
-            f"SELECT upper(number) AS key, id AS container_id, 1 AS rank, NULL AS ref "
-            f"FROM {T}.containers WHERE number IS NOT NULL"
-        ]
-        scols = set(columns(con, T, "shipments"))
-        if "shipment_id" in ccols and {"id", "bill_of_lading_number"} <= scols:
-            parts.append(
-                f"SELECT upper(s.bill_of_lading_number), c.id, 2, NULL FROM "
-                f"{T}.containers c JOIN {T}.shipments s ON s.id = c.shipment_id "
-                "WHERE s.bill_of_lading_number IS NOT NULL"
-            )
-        refs = [f"SELECT id, ref_numbers FROM {T}.containers"] if "ref_numbers" in ccols else []
-        if "shipment_id" in ccols and {"id", "ref_numbers"} <= scols:
-            refs.append(
-                f"SELECT c.id, s.ref_numbers FROM {T}.containers c "
-                f"JOIN {T}.shipments s ON s.id = c.shipment_id"
-            )
-        parts += [
-            f"SELECT upper(r), id, 3, r FROM (SELECT id, unnest(CAST(ref_numbers AS "
-            f"VARCHAR[])) AS r FROM ({src})) WHERE r IS NOT NULL"
-            for src in refs
-        ]
-        con.execute(f"CREATE TABLE {SEARCH_KEYS} AS {' UNION ALL '.join(parts)} ORDER BY key")
+        keys = search_keys_sql(ccols, set(columns(con, T, "shipments")), postgres=False)
+        con.execute(f"CREATE TABLE {SEARCH_KEYS} AS {keys} ORDER BY key")
 
 
 # -- containers at risk --------------------------------------------------------------------
@@ -500,7 +479,7 @@ def search_container(snap: View, query: str, limit: int = 25) -> dict[str, Any]:
         ORDER BY k.rank <> 1, container_number LIMIT $lim"""
     with snap.con.cursor() as cur:
         if postgres:
-            keys = _search_keys_postgres(ccols, scols)
+            keys = search_keys_sql(ccols, scols, postgres=True)
             sql = f"""
                 WITH keys AS ({keys}),
                 k AS (
@@ -528,11 +507,15 @@ def search_container(snap: View, query: str, limit: int = 25) -> dict[str, Any]:
     }
 
 
-def _search_keys_postgres(ccols: set[str], scols: set[str]) -> str:
-    """:data:`SEARCH_KEYS` (as :func:`prepare` builds it) as a query of the live tables."""
+def search_keys_sql(ccols: set[str], scols: set[str], *, postgres: bool) -> str:
+    """The query of :data:`SEARCH_KEYS` (key, container_id, rank, ref): container numbers
+    (rank 1), bills of lading (2), reference numbers of the container or its shipment (3).
+    ``ccols``/``scols``: the columns ``containers`` and ``shipments`` have. DuckDB's SQL
+    (for :func:`prepare`), or PostgreSQL's (a query of the live tables)."""
     parts = [
-        f"SELECT upper(number) AS key, id AS container_id, 1 AS rank, NULL::text AS ref "
-        f"FROM {T}.containers WHERE number IS NOT NULL"
+        f"SELECT upper(number) AS key, id AS container_id, 1 AS rank, "
+        f"{'NULL::text' if postgres else 'NULL'} AS ref FROM {T}.containers "
+        "WHERE number IS NOT NULL"
     ]
     if "shipment_id" in ccols and {"id", "bill_of_lading_number"} <= scols:
         parts.append(
@@ -546,12 +529,20 @@ def _search_keys_postgres(ccols: set[str], scols: set[str]) -> str:
             f"SELECT c.id, s.ref_numbers FROM {T}.containers c "
             f"JOIN {T}.shipments s ON s.id = c.shipment_id"
         )
-    parts += [
-        "SELECT upper(r), x.id, 3, r FROM (" + src + ") x, jsonb_array_elements_text("
-        "CASE jsonb_typeof(to_jsonb(x.ref_numbers)) WHEN 'array' THEN to_jsonb(x.ref_numbers) "
-        "ELSE '[]'::jsonb END) r WHERE r IS NOT NULL"
-        for src in refs
-    ]
+    for src in refs:
+        if postgres:  # a JSON array (or a text[]) of reference numbers
+            refs_of = (
+                "jsonb_array_elements_text(CASE jsonb_typeof(to_jsonb(x.ref_numbers)) WHEN "
+                "'array' THEN to_jsonb(x.ref_numbers) ELSE '[]'::jsonb END) r"
+            )
+            parts.append(
+                f"SELECT upper(r), x.id, 3, r FROM ({src}) x, {refs_of} WHERE r IS NOT NULL"
+            )
+        else:
+            parts.append(
+                f"SELECT upper(r), id, 3, r FROM (SELECT id, unnest(CAST(ref_numbers AS "
+                f"VARCHAR[])) AS r FROM ({src})) WHERE r IS NOT NULL"
+            )
     return " UNION ALL ".join(parts)
 
 
