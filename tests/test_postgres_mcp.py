@@ -233,6 +233,25 @@ def test_a_runaway_statement_stops_at_the_limit(servers: tuple[str, str]) -> Non
     assert not after.is_error
 
 
+def test_sessions_the_server_lost_are_replaced(servers: tuple[str, str], both: Both) -> None:
+    _, pg = servers
+    assert not calls(pg, [("containers_at_risk", {"limit": 1})])[0].is_error
+    con = psycopg2.connect(both.writer_url)
+    con.autocommit = True
+    try:
+        with con.cursor() as cur:  # as a server restart would: every session of the server ends
+            cur.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = 'freetime tool server'"
+            )
+            ended = cur.fetchone()
+    finally:
+        con.close()
+    assert ended and ended[0] >= 1
+    again = calls(pg, [("containers_at_risk", {"limit": 1})])[0]
+    assert not again.is_error, again.content
+
+
 def test_a_call_during_risk_publishes_sees_one_run_whole(both: Both) -> None:
     later = AS_OF + timedelta(days=3)
     reader = PgReader(Warehouse.parse(both.reader_url), timeout_seconds=30)

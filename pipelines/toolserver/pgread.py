@@ -315,11 +315,9 @@ class PgReader:
                 return
         con.close()
 
-    @contextlib.contextmanager
-    def snapshot(self) -> Iterator[PgView]:
-        """A read-only transaction for the block: every statement sees one committed state
-        and stops after the time limit. WarehouseError when the server cannot be read."""
-        con = self._take()
+    def _begin(self, con: Connection) -> Connection:
+        """Start the call's read-only transaction with its time limit on ``con`` (closed when
+        that fails)."""
         try:
             with con.cursor() as cur:
                 cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -327,12 +325,25 @@ class PgReader:
                     "SELECT set_config('statement_timeout', %s, true)",
                     [f"{int(self.timeout_seconds * 1000)}ms"],
                 )
-        except psycopg2.Error as exc:
+        except psycopg2.Error:
             con.close()
-            raise WarehouseError(
-                f"the warehouse {self.warehouse.display} cannot be read now: "
-                f"{one_line(exc, self.warehouse)}"
-            ) from None
+            raise
+        return con
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[PgView]:
+        """A read-only transaction for the block: every statement sees one committed state
+        and stops after the time limit. WarehouseError when the server cannot be read."""
+        try:
+            con = self._begin(self._take())
+        except psycopg2.Error:  # a pooled session the server dropped (a restart): a new one
+            try:
+                con = self._begin(self._connect())
+            except psycopg2.Error as exc:
+                raise WarehouseError(
+                    f"the warehouse {self.warehouse.display} cannot be read now: "
+                    f"{one_line(exc, self.warehouse)}"
+                ) from None
         healthy = True
         try:
             yield PgView(con, self.timeout_seconds)
