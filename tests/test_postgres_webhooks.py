@@ -3,8 +3,11 @@
 - the sandbox delivers to ``freetime webhooks serve`` (warehouse from ``FREETIME_WAREHOUSE``)
   after its clock moves: every notification is in the PostgreSQL warehouse and the risk rows of
   every container are republished within 10 s;
+- while another writer holds the advisory lock, deliveries are acknowledged at once and applied
+  once it lets go;
 - ``freetime webhooks apply --warehouse URL`` applies an inbox in one transaction per batch,
-  behind another writer's advisory lock, and says so; given twice, the warehouse is refused.
+  behind another writer's advisory lock; given twice, the warehouse is refused; an unreachable
+  server stops the receiver in one line, the password masked.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ from pipelines.config import ApiSettings, Warehouse
 from pipelines.load import run_load
 from pipelines.pg.lock import writer_lock
 from pipelines.webhooks.receiver import PATH
+from pipelines.webhooks.signing import sign
 from sandbox.process import SandboxProcess
 from tests.test_receiver_apply import SECRET, _notification, _within
 from tests.test_side_by_side import _free_port
+from tests.test_webhooks import post
 
 pytestmark = pytest.mark.postgres
 
@@ -104,6 +109,33 @@ def test_the_receiver_applies_into_postgresql_and_risk_follows_within_10s(
     assert "risk republished" in lines
     # the changes the notifications carried are in the warehouse's history, as on DuckDB
     assert _rows(pg_database, "SELECT count(*) FROM terminal49.history WHERE how = 'webhook'")
+
+
+def test_a_load_holding_the_lock_delays_the_apply_never_the_acknowledgement(
+    pg_database: str, tmp_path: Path
+) -> None:
+    with SandboxProcess(containers=20, seed=7) as sb:
+        run_load(pg_database, ApiSettings(base_url=sb.base_url, api_key=sb.api_key))
+    inbox, port = tmp_path / "inbox.sqlite", _free_port()
+
+    def stored() -> set[str]:
+        rows = _rows(pg_database, "SELECT id FROM terminal49.webhook_notifications")
+        return {r[0] for r in rows if r[0].startswith("held-")}
+
+    proc, url = start_receiver_process(SECRET, inbox, port=port, warehouse=pg_database)
+    try:
+        with writer_lock(Warehouse.parse(pg_database), "load"):  # a load on another machine
+            for k in range(20):
+                body = _notification(k, "")
+                started = time.monotonic()
+                assert post(url, body, sign(body, SECRET)).status_code == 200
+                assert time.monotonic() - started < 1.0  # at once, not after the apply
+            time.sleep(2)
+            assert stored() == set()
+        _within(10, lambda: len(stored()) == 20, "the held notifications applied")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
