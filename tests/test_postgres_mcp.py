@@ -166,6 +166,22 @@ def _same(value: Any) -> Any:
     return value
 
 
+def test_the_lookups_of_the_tools_have_indexes(both: Both) -> None:
+    con = psycopg2.connect(both.writer_url)
+    try:
+        with con.cursor() as cur:
+            cur.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'freetime_%'")
+            names = {r[0] for r in cur.fetchall()}
+    finally:
+        con.close()
+    assert {
+        "freetime_containers_number",
+        "freetime_containers_id",
+        "freetime_demurrage_risk_container_id",
+        "freetime_container_holds_container_id",
+    } <= names
+
+
 def test_the_servers_role_cannot_write(servers: tuple[str, str], both: Both) -> None:
     _, pg = servers
     insert, two, allowed = calls(

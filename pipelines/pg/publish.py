@@ -25,6 +25,7 @@ from psycopg2.extensions import cursor as Cursor
 
 from pipelines import history
 from pipelines.config import DATASET
+from pipelines.pg.reader import ensure_lookup_indexes
 from pipelines.publish import transaction
 from pipelines.publish.columns import NOT_PUBLISHED
 from pipelines.publish.merge import LISTED, MERGES, Merge
@@ -118,6 +119,7 @@ def publish(
                 _publish_load(cur, writer, load_id, out)
                 out.load_ids.append(load_id)
             apply_comments(cur, DATASET)
+            ensure_lookup_indexes(cur)  # what the tool server looks rows up by
             if finish is not None:
                 finish(cur)
         con.commit()

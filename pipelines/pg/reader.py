@@ -14,9 +14,15 @@ owns what it publishes), in one transaction:
 
 A role that can do more than read (:func:`pipelines.toolserver.pgread.check_reader`) is
 refused by the tool server.
+
+:func:`ensure_lookup_indexes` gives the readers' lookups (a container by number or id, its
+risk row, holds, fees, shipment) an index each: the writers call it inside their publishing
+transaction, so an index exists as soon as its table does (a reader cannot create one).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import psycopg2
 from psycopg2 import sql
@@ -101,3 +107,27 @@ def grant_reader(warehouse: Warehouse, role: str, password: str | None = None) -
                 f"cannot grant {role} reading {warehouse.display}: {one_line(exc, warehouse)}"
             ) from None
     return done
+
+
+def ensure_lookup_indexes(cur: Any) -> int:
+    """Create the missing indexes of the tool server's lookups
+    (:data:`pipelines.toolserver.queries.LOOKUPS`) on the tables that exist, in the caller's
+    transaction (a psycopg2 or ADBC cursor); how many were created."""
+    from pipelines.toolserver.queries import LOOKUPS
+
+    cur.execute(
+        "SELECT n.nspname, c.relname, a.attname, "
+        "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indkey[0] = a.attnum) "
+        "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        f"WHERE c.relkind IN ('r', 'p') AND n.nspname IN ('{DATASET}', '{ANALYTICS_SCHEMA}') "
+        "AND a.attnum > 0 AND NOT a.attisdropped"
+    )
+    have = {(r[0], r[1], r[2]): bool(r[3]) for r in cur.fetchall()}
+    created = 0
+    for schema, table, column in LOOKUPS:
+        if have.get((schema, table, column)) is False:  # the column exists, without an index
+            name = f"freetime_{table}_{column}"[:63]
+            cur.execute(f'CREATE INDEX "{name}" ON "{schema}"."{table}" ("{column}")')
+            created += 1
+    return created

@@ -40,6 +40,7 @@ from pipelines.config import Warehouse
 from pipelines.history import BINDING_BASIS_FIELD, BINDING_FIELD
 from pipelines.pg.connection import dsn_with_password, masked
 from pipelines.pg.publish import DUCKDB_NAMES, HISTORY, HISTORY_COLUMNS, ensure_history
+from pipelines.pg.reader import ensure_lookup_indexes
 from pipelines.warehouse import WarehouseMissing, WarehouseUnusable
 
 RISK, PREVIOUS = "demurrage_risk", "demurrage_risk_previous"
@@ -161,6 +162,7 @@ def _publish(cur: Any, df: pl.DataFrame, run_id: str, as_of: datetime) -> None:
         cur.execute(f"DROP TABLE IF EXISTS {A}.{RISK}")
         cur.execute(f"CREATE TABLE {A}.{RISK} AS SELECT * FROM _risk_new")
     cur.execute("DROP TABLE _risk_new")
+    ensure_lookup_indexes(cur)  # a risk table created anew gets its lookup index again
     record_binding(cur, run_id, as_of)
 
 
