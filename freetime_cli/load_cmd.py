@@ -16,6 +16,7 @@ from freetime_cli._common import (
     BaseUrlOption,
     DuckDbOption,
     WarehouseOption,
+    chosen_warehouse,
     console,
     embedded_sandbox,
     fail,
@@ -73,10 +74,9 @@ def load(
     quiet_logging()
     if sandbox and base_url:
         fail("--sandbox loads from the local sandbox; drop --base-url (or drop --sandbox)")
-    if duckdb and warehouse:
-        fail("give the warehouse once: --warehouse or --duckdb, not both")
+    given = chosen_warehouse(duckdb, warehouse)
     try:
-        target = resolve_warehouse(warehouse or duckdb)
+        target = resolve_warehouse(given)
         check_writer(target)  # a bad warehouse or rate fails before the sandbox starts
         rate_limit = resolve_rate_limit(rate_limit)
         wait = resolve_writer_wait(wait)

@@ -15,6 +15,7 @@ from freetime_cli import (
     risk_cmd,
     run_cmd,
     serve_cmd,
+    warehouse_cmd,
     webhooks_cmd,
 )
 from sandbox import cli as sandbox_cli
@@ -38,6 +39,7 @@ app.add_typer(documents_cmd.app, name="documents", help="Upload documents; load 
 app.add_typer(mcp_cmd.app, name="mcp", help="Serve the warehouse to MCP tool clients.")
 app.add_typer(alerts_cmd.app, name="alerts", help="Alerts on risk changes; the morning digest.")
 app.add_typer(invoices_cmd.app, name="invoices", help="Audit demurrage and detention invoices.")
+app.add_typer(warehouse_cmd.app, name="warehouse", help="The PostgreSQL warehouse's roles.")
 
 
 if __name__ == "__main__":

@@ -10,11 +10,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from freetime_cli._common import DuckDbOption, fail
+from freetime_cli._common import DuckDbOption, WarehouseOption, chosen_warehouse, fail
+
+if TYPE_CHECKING:
+    from pipelines.config import Warehouse
 
 app = typer.Typer(no_args_is_help=True, help="Serve the warehouse to MCP tool clients.")
 
@@ -26,6 +29,7 @@ def serve(
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port; the endpoint is http://HOST:PORT/mcp.")] = 8765,
     duckdb: DuckDbOption = None,
+    warehouse: WarehouseOption = None,
     issuer: Annotated[
         str | None,
         typer.Option(help="OAuth issuer URL (env FREETIME_MCP_ISSUER): accept its bearer JWTs."),
@@ -37,22 +41,26 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Serve over streamable HTTP at /mcp (key: FREETIME_MCP_TOKEN, scheme Token)."""
+    """Serve over streamable HTTP at /mcp (key: FREETIME_MCP_TOKEN, scheme Token).
+
+    On a PostgreSQL warehouse the server reads the live database in read-only transactions,
+    as a role that can only read (see `freetime warehouse grant-reader`)."""
     import uvicorn
 
-    from pipelines.config import ConfigError, resolve_duckdb_path
+    from pipelines.config import ConfigError
     from pipelines.toolserver.auth import AuthConfigError, AuthMiddleware, AuthSettings, check_bind
     from pipelines.toolserver.server import build_server
 
     if not 0 < port < 65536:
         fail(f"--port must be between 1 and 65535, got {port}")
+    given = chosen_warehouse(duckdb, warehouse)
     try:
-        path = resolve_duckdb_path(duckdb)
         shown = f"[{host}]" if ":" in host else host
         auth = AuthSettings.resolve(resource_url or f"http://{shown}:{port}", issuer)
         check_bind(host, auth)
     except (ConfigError, AuthConfigError) as exc:
         fail(str(exc))
+    path = _reader_target(given)
     mcp, reader = build_server(path)
     app_ = AuthMiddleware(
         mcp.streamable_http_app(host=host, stateless_http=True, json_response=True), auth
@@ -76,15 +84,11 @@ def serve(
 
 
 @app.command("stdio")
-def stdio(duckdb: DuckDbOption = None) -> None:
+def stdio(duckdb: DuckDbOption = None, warehouse: WarehouseOption = None) -> None:
     """Serve over stdin/stdout, for clients that start the server as a process."""
-    from pipelines.config import ConfigError, resolve_duckdb_path
     from pipelines.toolserver.server import build_server
 
-    try:
-        path = resolve_duckdb_path(duckdb)
-    except ConfigError as exc:
-        fail(str(exc))
+    path = _reader_target(chosen_warehouse(duckdb, warehouse))
     mcp, reader = build_server(path)
     try:
         mcp.run("stdio")
@@ -92,13 +96,33 @@ def stdio(duckdb: DuckDbOption = None) -> None:
         reader.close()
 
 
+def _reader_target(given: str | Path | None) -> Path | Warehouse:
+    """The warehouse to serve: a DuckDB path (read through snapshots, first call), or a
+    PostgreSQL warehouse, whose reader is checked here (exit 2 in one line when its server
+    does not answer or its role can write)."""
+    from pipelines.config import ConfigError, resolve_warehouse
+    from pipelines.toolserver.server import open_reader
+    from pipelines.warehouse import WarehouseError
+
+    try:
+        target = resolve_warehouse(given)
+        if target.path is not None:
+            return target.path
+        open_reader(target).close()
+    except (ConfigError, WarehouseError) as exc:
+        fail(str(exc))
+    return target
+
+
 @contextlib.contextmanager
 def serving(
-    db: Path, *args: str, env: dict[str, str] | None = None
+    db: Path | None, *args: str, env: dict[str, str] | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``freetime mcp serve`` as a process on a free loopback port (for tests and benchmarks):
     yields its base URL (``http://127.0.0.1:PORT``) once it answers, and the process; stops it
-    on exit. ``env`` is laid over this process's environment without its FREETIME_MCP_*."""
+    on exit. ``env`` is laid over this process's environment without its FREETIME_MCP_*;
+    ``db`` None: the warehouse is the environment's (``FREETIME_WAREHOUSE`` in ``env`` keeps a
+    PostgreSQL password out of the command line)."""
     import httpx
 
     with socket.socket() as probe:
@@ -115,8 +139,7 @@ def serving(
             "serve",
             "--port",
             str(port),
-            "--duckdb",
-            str(db),
+            *(["--duckdb", str(db)] if db is not None else []),
             *args,
         ],
         env=full_env,

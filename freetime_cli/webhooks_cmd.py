@@ -15,8 +15,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from freetime_cli._common import BaseUrlOption, DuckDbOption, console, fail, out, quiet_logging
-from pipelines.config import ApiSettings, ConfigError
+from freetime_cli._common import (
+    BaseUrlOption,
+    DuckDbOption,
+    WarehouseOption,
+    chosen_warehouse,
+    console,
+    fail,
+    out,
+    quiet_logging,
+)
+from pipelines.config import ApiSettings, ConfigError, Warehouse
 from pipelines.warehouse import WarehouseError
 
 if TYPE_CHECKING:
@@ -63,6 +72,7 @@ def serve(
         ),
     ] = None,
     duckdb: DuckDbOption = None,
+    warehouse: WarehouseOption = None,
     no_apply: Annotated[
         bool,
         typer.Option(
@@ -76,8 +86,8 @@ def serve(
     """Store signed notifications in the inbox and apply them to the warehouse within seconds.
 
     A bad signature is refused with 401, a malformed body with 400. Notifications are applied
-    when the receiver knows the warehouse (--duckdb, FREETIME_DUCKDB, or an existing
-    data/freetime.duckdb), unless --no-apply.
+    when the receiver knows the warehouse (--warehouse, --duckdb, FREETIME_WAREHOUSE,
+    FREETIME_DUCKDB, or an existing data/freetime.duckdb), unless --no-apply.
 
     Bodies over 10 MiB are refused (413), slow ones cut (408): see docs/webhooks.md.
     """
@@ -100,11 +110,12 @@ def serve(
     )
     if max_connections is not None:
         limits = dataclasses.replace(limits, max_connections=max_connections)
+    given = chosen_warehouse(duckdb, warehouse)
     try:
-        warehouse = None if no_apply else known_warehouse(duckdb)
-        inbox_path = inbox or default_inbox_path(duckdb)
+        target = None if no_apply else known_warehouse(given)
+        inbox_path = inbox or default_inbox_path(target or given)
         api = ApiSettings.resolve(base_url=base_url)
-    except ConfigError as exc:
+    except (ConfigError, WarehouseError) as exc:
         fail(str(exc))
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -117,7 +128,7 @@ def serve(
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     try:
         Inbox(inbox_path).close()  # a folder or a file that is no inbox fails here, not later
-        web = create_app(key, inbox_path, limits, _applier(warehouse, inbox_path, api))
+        web = create_app(key, inbox_path, limits, _applier(target, inbox_path, api))
     except InboxUnusable as exc:
         fail(str(exc))
     except Exception as exc:  # inbox folder not writable, ...
@@ -126,38 +137,51 @@ def serve(
     shown = f"[{host}]" if ":" in host else host
     print(f"url: http://{shown}:{bound}{PATH}", flush=True)
     print(f"inbox: {inbox_path}", flush=True)
-    print(f"applies to: {warehouse or 'nothing (store only)'}", flush=True)
+    print(f"applies to: {target or 'nothing (store only)'}", flush=True)
     config = uvicorn_config(
         web, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5
     )
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def known_warehouse(duckdb: Path | None) -> Path | None:
-    """The warehouse the receiver applies to: ``--duckdb``, else ``FREETIME_DUCKDB``, else the
-    default file when it exists (a receiver that knows no warehouse only stores). ConfigError
-    for a path that cannot be a warehouse."""
-    from pipelines.config import resolve_duckdb_path
+def known_warehouse(given: str | Path | None) -> Warehouse | None:
+    """The warehouse the receiver applies to: ``--warehouse`` or ``--duckdb``, else
+    ``FREETIME_WAREHOUSE``, else ``FREETIME_DUCKDB``, else the default file when it exists (a
+    receiver that knows no warehouse only stores). ConfigError for a path that cannot be a
+    warehouse; WarehouseError for a PostgreSQL server that does not answer, refuses the role,
+    or does not let it write."""
+    from pipelines.config import resolve_warehouse
     from pipelines.warehouse import check_usable
 
-    path = resolve_duckdb_path(duckdb)
-    if duckdb is None and not os.environ.get("FREETIME_DUCKDB") and not path.exists():
+    target = resolve_warehouse(given)
+    if target.path is None:
+        from pipelines.config import DATASET
+        from pipelines.pg.connection import check_writable
+        from pipelines.write import incoming_dataset
+
+        check_writable(target, (DATASET, incoming_dataset("webhooks")))
+        return target
+    if (
+        given is None
+        and not os.environ.get("FREETIME_WAREHOUSE")
+        and not os.environ.get("FREETIME_DUCKDB")
+        and not target.path.exists()
+    ):
         return None
-    check_usable(path)
-    return path
+    check_usable(target.path)
+    return target
 
 
-def _applier(warehouse: Path | None, inbox: Path, api: ApiSettings) -> Applier | None:
+def _applier(warehouse: Warehouse | None, inbox: Path, api: ApiSettings) -> Applier | None:
     """The receiver's applier (see :mod:`pipelines.webhooks.applier`): one line per batch on
     stderr; containers the notifications do not carry are fetched when a key is set."""
     if warehouse is None:
         return None
-    from pipelines.config import working_folder
     from pipelines.terminal49.client import Terminal49Client
     from pipelines.webhooks.applier import Applier
 
     def client() -> Terminal49Client | None:
-        budget = working_folder(warehouse)  # one budget with the warehouse's other writers
+        budget = warehouse.working_folder()  # one budget with the warehouse's other writers
         return Terminal49Client.for_api(api, budget=budget) if api.api_key else None
 
     def report(line: str) -> None:
@@ -170,6 +194,7 @@ def _applier(warehouse: Path | None, inbox: Path, api: ApiSettings) -> Applier |
 @app.command("apply")
 def apply(
     duckdb: DuckDbOption = None,
+    warehouse: WarehouseOption = None,
     inbox: Annotated[
         Path | None, typer.Option(help="Inbox file (env FREETIME_INBOX; default beside warehouse).")
     ] = None,
@@ -180,18 +205,20 @@ def apply(
     base_url: BaseUrlOption = None,
 ) -> None:
     """Apply the inbox's new notifications to the warehouse (idempotent)."""
-    from pipelines.config import resolve_duckdb_path, working_folder
+    from pipelines.config import resolve_warehouse
     from pipelines.load import LoadFailed
     from pipelines.terminal49.client import Terminal49Client, Terminal49Error
     from pipelines.webhooks.apply import apply_inbox
     from pipelines.webhooks.inbox import Inbox, InboxUnusable, default_inbox_path
 
     quiet_logging()
+    given = chosen_warehouse(duckdb, warehouse)
     if inbox is not None and not inbox.exists():
         fail(f"no inbox at {inbox}")
     try:
         api = ApiSettings.resolve(base_url=base_url)
-        inbox_path = inbox or default_inbox_path(duckdb)
+        target = resolve_warehouse(given)
+        inbox_path = inbox or default_inbox_path(target)
     except ConfigError as exc:
         fail(str(exc))
     if not reconcile and not inbox_path.exists():  # nothing received yet: create nothing
@@ -208,7 +235,7 @@ def apply(
             fail(str(exc))
     client = None
     if api.api_key:
-        budget = working_folder(resolve_duckdb_path(duckdb))  # shared with the other writers
+        budget = target.working_folder()  # shared with the other writers
         client = Terminal49Client.for_api(api, budget=budget)
     elif reconcile:
         fail("--reconcile needs an API key: set TERMINAL49_API_KEY")
@@ -217,7 +244,7 @@ def apply(
             "no API key: containers that notifications do not carry are left for the next load"
         )
     try:
-        summary = apply_inbox(duckdb, inbox_path, client, reconcile=reconcile)
+        summary = apply_inbox(target, inbox_path, client, reconcile=reconcile)
     except (LoadFailed, WarehouseError, Terminal49Error, ConfigError) as exc:
         fail(str(exc))
     finally:
@@ -241,10 +268,13 @@ def start_receiver_process(
     duckdb: Path | None = None,
     env: dict[str, str] | None = None,
     stderr: Any = subprocess.DEVNULL,
+    warehouse: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``freetime webhooks serve`` as a subprocess (for tests and benchmarks).
 
-    ``duckdb``: the warehouse it applies to (None: store only). ``options`` are more ``serve``
+    ``duckdb``: the warehouse it applies to (None: store only); or ``warehouse``, a
+    ``postgresql://`` URL, given through ``FREETIME_WAREHOUSE`` (a password in the command line
+    would show in ``ps``). ``options`` are more ``serve``
     options (e.g. ``["--request-timeout", "3"]``), ``env`` more environment variables, ``stderr``
     where its log lines go (a file object; default nowhere).
     Returns the process and the URL it prints, once its ``/healthz`` answers. The caller
@@ -263,10 +293,15 @@ def start_receiver_process(
             str(port),
             "--inbox",
             str(inbox),
-            *(["--duckdb", str(duckdb)] if duckdb else ["--no-apply"]),
+            *(["--duckdb", str(duckdb)] if duckdb else [] if warehouse else ["--no-apply"]),
             *options,
         ],
-        env={**os.environ, **(env or {}), "FREETIME_WEBHOOK_SECRET": secret},
+        env={
+            **os.environ,
+            **(env or {}),
+            **({"FREETIME_WAREHOUSE": warehouse} if warehouse else {}),
+            "FREETIME_WEBHOOK_SECRET": secret,
+        },
         stdout=subprocess.PIPE,
         stderr=stderr,
     )

@@ -362,7 +362,7 @@ def test_a_database_without_the_right_to_create_schemas_is_refused(
 
 def test_a_command_that_runs_on_duckdb_only_says_so(postgres_server: PostgresServer) -> None:
     url = postgres_server.url("postgres", "postgres", SECRET)
-    done = _cli("webhooks", "apply", env={"FREETIME_WAREHOUSE": url})
+    done = _cli("run", env={"FREETIME_WAREHOUSE": url})
     assert done.returncode == 2
     assert SECRET not in done.stdout + done.stderr and "Traceback" not in done.stderr
     assert "DuckDB warehouse only" in done.stderr

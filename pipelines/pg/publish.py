@@ -25,6 +25,7 @@ from psycopg2.extensions import cursor as Cursor
 
 from pipelines import history
 from pipelines.config import DATASET
+from pipelines.pg.reader import ensure_lookup_indexes
 from pipelines.publish import transaction
 from pipelines.publish.columns import NOT_PUBLISHED
 from pipelines.publish.merge import LISTED, MERGES, Merge
@@ -121,6 +122,7 @@ def publish(
             from pipelines.pg.views import refresh_views  # the views read the merged tables
 
             refresh_views(cur)
+            ensure_lookup_indexes(cur)  # what the tool server looks rows up by
             if finish is not None:
                 finish(cur)
         con.commit()

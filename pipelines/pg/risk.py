@@ -50,6 +50,7 @@ from pipelines.history import BINDING_BASIS_FIELD, BINDING_FIELD
 from pipelines.pg.connection import dsn_with_password, masked
 from pipelines.pg.publish import DUCKDB_NAMES, HISTORY, HISTORY_COLUMNS, ensure_history
 from pipelines.pg.views import create_views, raise_alerts
+from pipelines.pg.reader import ensure_lookup_indexes
 from pipelines.warehouse import WarehouseMissing, WarehouseUnusable
 
 RISK, PREVIOUS = "demurrage_risk", "demurrage_risk_previous"
@@ -182,6 +183,7 @@ def _publish(
     for table, frame in ((RISK, df), (PARTIES_TABLE, parties), (DAYS_TABLE, days)):
         _replace(cur, table, frame, tables.get(table))
     create_views(cur, _types(cur, T))
+    ensure_lookup_indexes(cur)  # a table created anew gets its lookup index again
     record_binding(cur, run_id, as_of)
     raise_alerts(cur, df, previous, as_of)
 

@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import duckdb
 
@@ -34,6 +34,15 @@ from pipelines.config import ANALYTICS_SCHEMA as A
 from pipelines.config import DATASET as T
 from pipelines.toolserver.snapshot import Snapshot
 from pipelines.warehouse import column_types, quote
+
+if TYPE_CHECKING:
+    from pipelines.toolserver.pgread import PgView
+
+#: What a query reads: a DuckDB snapshot, or a read-only transaction on PostgreSQL
+#: (:class:`~pipelines.toolserver.pgread.PgView`, whose cursors take the same calls).
+View: TypeAlias = "Snapshot | PgView"
+#: a DuckDB connection or cursor, or a :class:`~pipelines.toolserver.pgread.PgCursor`
+Cursor = Any
 
 RISK = f"{A}.demurrage_risk"
 #: The tool server's own schema in each snapshot (never in the warehouse itself).
@@ -115,7 +124,7 @@ def jsonable(value: Any) -> Any:
 
 
 def _records(
-    cur: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | dict[str, Any] = ()
+    cur: Cursor, sql: str, params: Sequence[Any] | dict[str, Any] = ()
 ) -> list[dict[str, Any]]:
     rel = cur.execute(sql, params if isinstance(params, dict) else list(params))
     names = [d[0] for d in rel.description or []]
@@ -132,8 +141,21 @@ def _records(
     return out
 
 
-def columns(cur: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[str]:
+def _is_postgres(x: Any) -> bool:
+    """Whether ``x`` (a view or a cursor) reads a PostgreSQL warehouse."""
+    return getattr(x, "dialect", "duckdb") == "postgres"
+
+
+def columns(cur: Cursor, schema: str, table: str) -> list[str]:
     """The columns of ``schema.table`` in order; empty when it does not exist."""
+    if _is_postgres(cur):
+        rows = cur.execute(
+            "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ? AND "
+            "c.relname = ? AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            [schema, table],
+        ).fetchall()
+        return [r[0] for r in rows]
     return list(column_types(cur, schema, table))
 
 
@@ -141,18 +163,32 @@ def _public(cols: Sequence[str]) -> list[str]:
     return [c for c in cols if not c.startswith("_dlt")]
 
 
-def _columns(snap: Snapshot, schema: str, table: str) -> list[str]:
-    """:func:`columns`, remembered for the snapshot."""
+def _columns(snap: View, schema: str, table: str) -> list[str]:
+    """:func:`columns`, remembered for the snapshot. On PostgreSQL, the tool server's own
+    tables (:data:`OWN`) are queries of the live tables (:func:`_ranked`)."""
 
     def read() -> list[str]:
         with snap.con.cursor() as cur:
+            if _is_postgres(snap) and (schema, table) == (OWN, "risk_ranked"):
+                risk = columns(cur, A, "demurrage_risk")
+                return ["urgency_rank", *risk] if risk else []
             return columns(cur, schema, table)
 
     cols: list[str] = snap.cached(("columns", schema, table), read)
     return cols
 
 
-def _require_risk(snap: Snapshot) -> None:
+def _ranked(snap: View) -> str:
+    """:data:`RANKED`: a table of the DuckDB snapshot, a subquery on PostgreSQL."""
+    if _is_postgres(snap):
+        return (
+            f"(SELECT row_number() OVER ({URGENCY_ORDER}) AS urgency_rank, * FROM {RISK}) "
+            "AS risk_ranked"
+        )
+    return RANKED
+
+
+def _require_risk(snap: View) -> None:
     if not _columns(snap, A, "demurrage_risk"):
         raise NotFound(f"no {RISK} in the warehouse yet: run `freetime risk` (or `freetime run`)")
 
@@ -174,34 +210,13 @@ def prepare(con: duckdb.DuckDBPyConnection) -> None:
         )
     ccols = set(columns(con, T, "containers"))
     if {"id", "number"} <= ccols:
-        parts = [
-            f"SELECT upper(number) AS key, id AS container_id, 1 AS rank, NULL AS ref "
-            f"FROM {T}.containers WHERE number IS NOT NULL"
-        ]
-        scols = set(columns(con, T, "shipments"))
-        if "shipment_id" in ccols and {"id", "bill_of_lading_number"} <= scols:
-            parts.append(
-                f"SELECT upper(s.bill_of_lading_number), c.id, 2, NULL FROM "
-                f"{T}.containers c JOIN {T}.shipments s ON s.id = c.shipment_id "
-                "WHERE s.bill_of_lading_number IS NOT NULL"
-            )
-        refs = [f"SELECT id, ref_numbers FROM {T}.containers"] if "ref_numbers" in ccols else []
-        if "shipment_id" in ccols and {"id", "ref_numbers"} <= scols:
-            refs.append(
-                f"SELECT c.id, s.ref_numbers FROM {T}.containers c "
-                f"JOIN {T}.shipments s ON s.id = c.shipment_id"
-            )
-        parts += [
-            f"SELECT upper(r), id, 3, r FROM (SELECT id, unnest(CAST(ref_numbers AS "
-            f"VARCHAR[])) AS r FROM ({src})) WHERE r IS NOT NULL"
-            for src in refs
-        ]
-        con.execute(f"CREATE TABLE {SEARCH_KEYS} AS {' UNION ALL '.join(parts)} ORDER BY key")
+        keys = search_keys_sql(ccols, set(columns(con, T, "shipments")), postgres=False)
+        con.execute(f"CREATE TABLE {SEARCH_KEYS} AS {keys} ORDER BY key")
 
 
 # -- containers at risk --------------------------------------------------------------------
 def containers_at_risk(
-    snap: Snapshot,
+    snap: View,
     levels: Sequence[str] | None = None,
     terminal: str | None = None,
     port: str | None = None,
@@ -225,7 +240,7 @@ def containers_at_risk(
     if terminal:
         t = terminal.strip().lower()
         cond.append(
-            f"(contains(lower({col('pod_terminal_name')}), ?) "
+            f"(strpos(lower({col('pod_terminal_name')}), ?) > 0 "
             f"OR lower({col('pod_terminal_firms_code')}) = ?)"
         )
         params += [t, t]
@@ -237,22 +252,23 @@ def containers_at_risk(
         cond.append(f"{col('shipping_line_scac')} = ?")
         params.append(carrier.strip().upper())
     if customer:
-        cond.append(f"contains(lower({col('customer_name')}), ?)")
+        cond.append(f"strpos(lower({col('customer_name')}), ?) > 0")
         params.append(customer.strip().lower())
     where = " AND ".join(f"coalesce({c}, false)" for c in cond)
     show = ", ".join(quote(c) for c in RISK_LIST_COLUMNS if c in have)
+    ranked = _ranked(snap)
     with snap.con.cursor() as cur:
         rows = _records(
             cur,
-            f"SELECT {show} FROM {RANKED} WHERE {where} ORDER BY urgency_rank LIMIT {int(limit)}",
+            f"SELECT {show} FROM {ranked} WHERE {where} ORDER BY urgency_rank LIMIT {int(limit)}",
             params,
         )
         matching, projected, accrued = cur.execute(
             f"SELECT count(*), coalesce(sum(projected_demurrage), 0), "
-            f"coalesce(sum(accrued_demurrage), 0) FROM {RANKED} WHERE {where}",
+            f"coalesce(sum(accrued_demurrage), 0) FROM {RISK} WHERE {where}",
             params,
         ).fetchone() or (0, 0, 0)
-        as_of = cur.execute(f"SELECT max(as_of) FROM {RANKED}").fetchone()
+        as_of = cur.execute(f"SELECT max(as_of) FROM {RISK}").fetchone()
     return {
         "as_of": jsonable(as_of[0] if as_of else None),
         "levels": lv,
@@ -266,7 +282,7 @@ def containers_at_risk(
 
 # -- one container -------------------------------------------------------------------------
 def _row(
-    snap: Snapshot, cur: duckdb.DuckDBPyConnection, schema: str, table: str, key: str, value: Any
+    snap: View, cur: Cursor, schema: str, table: str, key: str, value: Any
 ) -> dict[str, Any] | None:
     """The first row of ``schema.table`` whose ``key`` is ``value`` (an index lookup)."""
     cols = _public(_columns(snap, schema, table))
@@ -288,7 +304,7 @@ HOLD_COLUMNS = ("name", "status", "description")
 FEE_COLUMNS = ("type", "amount", "currency_code")
 
 
-def get_container(snap: Snapshot, container: str) -> dict[str, Any]:
+def get_container(snap: View, container: str) -> dict[str, Any]:
     """One container, by number (any case) or Terminal49 id, as a person asks about it: the
     risk table's columns (:data:`RISK_LIST_COLUMNS`: level, reason, binding LFD with its
     source, days left, holds, appointment, costs, port, terminal, carrier...), its LFD by
@@ -329,7 +345,7 @@ def get_container(snap: Snapshot, container: str) -> dict[str, Any]:
 
 
 def _children(
-    snap: Snapshot, cur: duckdb.DuckDBPyConnection, table: str, cid: str, show: Sequence[str]
+    snap: View, cur: Cursor, table: str, cid: str, show: Sequence[str]
 ) -> list[dict[str, Any]]:
     """The live rows of ``table`` for container ``cid``, the ``show`` columns it has."""
     cols = _columns(snap, T, table)
@@ -346,7 +362,7 @@ def _children(
 
 # -- summaries -----------------------------------------------------------------------------
 def summarize_containers(
-    snap: Snapshot,
+    snap: View,
     group_by: str = "terminal",
     levels: Sequence[str] | None = None,
     limit: int = 100,
@@ -360,8 +376,18 @@ def summarize_containers(
     if bad:
         raise ValueError(f"unknown risk level {', '.join(bad)}; use {', '.join(LEVELS)}")
     where = f"WHERE risk_level IN ({', '.join('?' for _ in lv)})" if lv else ""
-    source = f"(SELECT * FROM {RISK} {where})"
-    sql = exposure_sql(source, GROUP_KEYS[group_by])
+    source = f"(SELECT * FROM {RISK} {where}) AS risk"
+    keys = GROUP_KEYS[group_by]
+    # the grouping named (GROUP BY ALL is DuckDB's alone), ties in the order of the keys
+    # (byte order, as DuckDB sorts text, whatever the database's collation)
+    tie = ", ".join(
+        f'{k} COLLATE "C"' if _is_postgres(snap) and k != "lfd_date" else k for k in keys
+    )
+    sql = (
+        exposure_sql(source, keys)
+        .replace("GROUP BY ALL", f"GROUP BY {', '.join(keys)}")
+        .replace("projected_demurrage DESC", f"projected_demurrage DESC, {tie}")
+    )
     with snap.con.cursor() as cur:
         groups = _records(cur, sql, lv)
         as_of = cur.execute(f"SELECT max(as_of) FROM {RISK}").fetchone()
@@ -386,11 +412,15 @@ def summarize_containers(
     }
 
 
-def lfd_calendar(snap: Snapshot, days: int = 14) -> dict[str, Any]:
+def lfd_calendar(snap: View, days: int = 14) -> dict[str, Any]:
     """Active boxes whose binding LFD falls on each of the next ``days`` days (today first)."""
     _require_risk(snap)
+    sql = lfd_calendar_sql(RISK, None, days)
+    if _is_postgres(snap):  # DuckDB's range() and len() in PostgreSQL's words
+        sql = sql.replace(f"range({int(days)}) t(i)", f"generate_series(0, {int(days) - 1}) t(i)")
+        sql = sql.replace("len(r.blocking_holds) > 0", "cardinality(r.blocking_holds) > 0")
     with snap.con.cursor() as cur:
-        rows = _records(cur, lfd_calendar_sql(RISK, None, days))
+        rows = _records(cur, sql)
         as_of = cur.execute(f"SELECT max(as_of) FROM {RISK}").fetchone()
         overdue = cur.execute(
             f"SELECT count(*) FROM {RISK} WHERE risk_level = 'overdue'"
@@ -403,16 +433,17 @@ def lfd_calendar(snap: Snapshot, days: int = 14) -> dict[str, Any]:
 
 
 # -- search --------------------------------------------------------------------------------
-def search_container(snap: Snapshot, query: str, limit: int = 25) -> dict[str, Any]:
+def search_container(snap: View, query: str, limit: int = 25) -> dict[str, Any]:
     """Containers whose number, bill of lading or a reference number starts with ``query``."""
     q = query.strip().upper()
     if len(q) < 2:
         raise ValueError(
             "give at least 2 characters of a container number, bill of lading or reference number"
         )
-    if not _columns(snap, OWN, "search_keys"):
-        raise NotFound("the warehouse has no containers yet: run `freetime load`")
+    postgres = _is_postgres(snap)
     ccols = set(_columns(snap, T, "containers"))
+    if not (_columns(snap, OWN, "search_keys") or (postgres and {"id", "number"} <= ccols)):
+        raise NotFound("the warehouse has no containers yet: run `freetime load`")
     scols = set(_columns(snap, T, "shipments"))
     has_risk = bool(_columns(snap, A, "demurrage_risk"))
 
@@ -447,7 +478,27 @@ def search_container(snap: Snapshot, query: str, limit: int = 25) -> dict[str, A
         FROM k JOIN {T}.containers c ON c.id = k.container_id {join} {rjoin}
         ORDER BY k.rank <> 1, container_number LIMIT $lim"""
     with snap.con.cursor() as cur:
-        rows = _records(cur, sql, {"q": q, "upper": upper, "lim": limit + 1})
+        if postgres:
+            keys = search_keys_sql(ccols, scols, postgres=True)
+            sql = f"""
+                WITH keys AS ({keys}),
+                k AS (
+                    SELECT container_id, min(rank) AS rank,
+                        array_agg(ref ORDER BY ref) FILTER (WHERE rank = 3) AS refs
+                    FROM keys WHERE starts_with(key, %(q)s) GROUP BY container_id)
+                SELECT c.id AS container_id, {c("number")} AS container_number,
+                    {s("bill_of_lading_number")} AS bill_of_lading_number,
+                    {s("customer_name")} AS customer_name,
+                    {c("current_status")} AS current_status, {risk},
+                    CASE k.rank WHEN 1 THEN 'container_number'
+                         WHEN 2 THEN 'bill_of_lading_number' ELSE 'reference_number' END
+                        AS matched_on,
+                    coalesce(k.refs, ARRAY[]::text[]) AS matching_reference_numbers
+                FROM k JOIN {T}.containers c ON c.id = k.container_id {join} {rjoin}
+                ORDER BY k.rank <> 1, container_number COLLATE "C" LIMIT %(lim)s"""
+            rows = _records(cur, sql, {"q": q, "lim": limit + 1})
+        else:
+            rows = _records(cur, sql, {"q": q, "upper": upper, "lim": limit + 1})
     return {
         "query": query,
         "returned": min(len(rows), limit),
@@ -456,8 +507,47 @@ def search_container(snap: Snapshot, query: str, limit: int = 25) -> dict[str, A
     }
 
 
+def search_keys_sql(ccols: set[str], scols: set[str], *, postgres: bool) -> str:
+    """The query of :data:`SEARCH_KEYS` (key, container_id, rank, ref): container numbers
+    (rank 1), bills of lading (2), reference numbers of the container or its shipment (3).
+    ``ccols``/``scols``: the columns ``containers`` and ``shipments`` have. DuckDB's SQL
+    (for :func:`prepare`), or PostgreSQL's (a query of the live tables)."""
+    parts = [
+        f"SELECT upper(number) AS key, id AS container_id, 1 AS rank, "
+        f"{'NULL::text' if postgres else 'NULL'} AS ref FROM {T}.containers "
+        "WHERE number IS NOT NULL"
+    ]
+    if "shipment_id" in ccols and {"id", "bill_of_lading_number"} <= scols:
+        parts.append(
+            f"SELECT upper(s.bill_of_lading_number), c.id, 2, NULL FROM {T}.containers c "
+            f"JOIN {T}.shipments s ON s.id = c.shipment_id "
+            "WHERE s.bill_of_lading_number IS NOT NULL"
+        )
+    refs = [f"SELECT id, ref_numbers FROM {T}.containers"] if "ref_numbers" in ccols else []
+    if "shipment_id" in ccols and {"id", "ref_numbers"} <= scols:
+        refs.append(
+            f"SELECT c.id, s.ref_numbers FROM {T}.containers c "
+            f"JOIN {T}.shipments s ON s.id = c.shipment_id"
+        )
+    for src in refs:
+        if postgres:  # a JSON array (or a text[]) of reference numbers
+            refs_of = (
+                "jsonb_array_elements_text(CASE jsonb_typeof(to_jsonb(x.ref_numbers)) WHEN "
+                "'array' THEN to_jsonb(x.ref_numbers) ELSE '[]'::jsonb END) r"
+            )
+            parts.append(
+                f"SELECT upper(r), x.id, 3, r FROM ({src}) x, {refs_of} WHERE r IS NOT NULL"
+            )
+        else:
+            parts.append(
+                f"SELECT upper(r), id, 3, r FROM (SELECT id, unnest(CAST(ref_numbers AS "
+                f"VARCHAR[])) AS r FROM ({src})) WHERE r IS NOT NULL"
+            )
+    return " UNION ALL ".join(parts)
+
+
 # -- freshness -----------------------------------------------------------------------------
-def freshness(snap: Snapshot) -> dict[str, Any]:
+def freshness(snap: View) -> dict[str, Any]:
     """When the warehouse was last written (loads full or incremental, webhooks applied) and
     the instant the published risk is computed at."""
     with snap.con.cursor() as cur:
@@ -470,9 +560,8 @@ def freshness(snap: Snapshot) -> dict[str, Any]:
             order = "published_at" if "published_at" in loads else loads[0]
             out["last_writes"] = _records(
                 cur,
-                f"SELECT * FROM {T}.freetime_loads QUALIFY row_number() OVER "
-                f"(PARTITION BY writer ORDER BY {quote(order)} DESC NULLS LAST) = 1 "
-                "ORDER BY writer",
+                f"SELECT DISTINCT ON (writer) * FROM {T}.freetime_loads "
+                f"ORDER BY writer, {quote(order)} DESC NULLS LAST",
             )
             if {"writer", "kind"} <= set(loads):
                 done = "AND complete" if "complete" in loads else ""
@@ -540,8 +629,10 @@ def freshness(snap: Snapshot) -> dict[str, Any]:
 
 
 # -- resources -----------------------------------------------------------------------------
-def schema_text(snap: Snapshot) -> str:
+def schema_text(snap: View) -> str:
     """The warehouse's tables and columns with their types and comments, as Markdown."""
+    if _is_postgres(snap):
+        return _schema_text(*_schema_postgres(snap))
     with snap.con.cursor() as cur:
         tables = cur.execute(
             "SELECT schema_name, table_name, comment FROM duckdb_tables() WHERE schema_name IN "
@@ -555,6 +646,35 @@ def schema_text(snap: Snapshot) -> str:
             "column_index",
             [T, A],
         ).fetchall()
+    return _schema_text(tables, cols)
+
+
+def _schema_postgres(snap: View) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The tables and views of the warehouse's schemas with their comments, and their
+    columns with their types (by DuckDB's names) and comments, from PostgreSQL's catalog."""
+    from pipelines.pg.publish import DUCKDB_NAMES
+
+    with snap.con.cursor() as cur:
+        tables = cur.execute(
+            "SELECT n.nspname, c.relname, obj_description(c.oid, 'pg_class') FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname IN (?, ?) "
+            "AND c.relkind IN ('r', 'p', 'v', 'm') ORDER BY 1, 2 COLLATE \"C\"",
+            [T, A],
+        ).fetchall()
+        cols = cur.execute(
+            "SELECT n.nspname, c.relname, a.attname, format_type(a.atttypid, NULL), "
+            "col_description(c.oid, a.attnum) FROM pg_attribute a "
+            "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname IN (?, ?) AND c.relkind IN ('r', 'p', 'v', 'm') AND a.attnum > 0 "
+            "AND NOT a.attisdropped ORDER BY n.nspname, c.relname, a.attnum",
+            [T, A],
+        ).fetchall()
+    named = [(s, t, c, DUCKDB_NAMES.get(typ, typ.upper()), com) for s, t, c, typ, com in cols]
+    return tables, named
+
+
+def _schema_text(tables: Sequence[tuple[Any, ...]], cols: Sequence[tuple[Any, ...]]) -> str:
+    """The Markdown of :func:`schema_text`."""
     by_table: dict[tuple[str, str], list[tuple[str, str, str | None]]] = {}
     for s, t, c, typ, com in cols:
         by_table.setdefault((s, t), []).append((c, typ, com))

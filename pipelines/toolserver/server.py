@@ -1,5 +1,6 @@
 """The MCP server (official SDK, :class:`mcp.server.mcpserver.MCPServer`): tools, resources
-and prompts over a :class:`~pipelines.toolserver.snapshot.SnapshotReader`.
+and prompts over a :class:`~pipelines.toolserver.snapshot.SnapshotReader` (a DuckDB file) or
+a :class:`~pipelines.toolserver.pgread.PgReader` (the live PostgreSQL warehouse, read-only).
 
 Every tool answers with structured content (its output schema is below) plus one short line
 of text. A refused or failing call is a tool error with a plain message.
@@ -19,8 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipelines.analytics import risk as risk_module
 from pipelines.analytics.risk import AT_RISK_LEVELS, Level
 from pipelines.analytics.tariffs import load_tariffs
+from pipelines.config import Warehouse
 from pipelines.history import evidence
 from pipelines.toolserver import queries
+from pipelines.toolserver.pgread import PgReader
+from pipelines.toolserver.queries import View
 from pipelines.toolserver.snapshot import Snapshot, SnapshotReader
 from pipelines.toolserver.sqlsafe import (
     DEFAULT_MAX_ROWS,
@@ -122,8 +126,11 @@ def _result(text: str, data: dict[str, Any]) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
+Reader = SnapshotReader | PgReader
+
+
 def _answer(
-    rd: SnapshotReader, key: Hashable | None, fn: Callable[[Snapshot], dict[str, Any]]
+    rd: Reader, key: Hashable | None, fn: Callable[[View], dict[str, Any]]
 ) -> dict[str, Any]:
     """``fn`` on the latest snapshot, remembered there under ``key`` (unless None); every
     expected failure (the warehouse busy or missing, nothing found, a bad argument, refused
@@ -146,17 +153,34 @@ def risk_rules_text() -> str:
     return "\n\n".join(paragraphs[: rules + 1]) + "\n"
 
 
+def open_reader(
+    warehouse: Path | Warehouse, sql_timeout: float = DEFAULT_TIMEOUT_SECONDS
+) -> Reader:
+    """The reader of a warehouse: snapshot copies of a DuckDB file, or read-only transactions
+    on the live PostgreSQL database (whose role must only read, every statement stopped after
+    ``sql_timeout`` seconds). WarehouseError when a PostgreSQL role can write, or its server
+    does not answer."""
+    # --- WAREHOUSE DISPATCH (issue 30): PostgreSQL is read live, DuckDB through copies ---
+    if isinstance(warehouse, Warehouse):
+        if warehouse.is_postgres:
+            return PgReader(warehouse, timeout_seconds=sql_timeout)
+        assert warehouse.path is not None
+        warehouse = warehouse.path
+    # --- end of the warehouse dispatch ---
+    return SnapshotReader(warehouse, prepare=queries.prepare)
+
+
 def build_server(
-    duckdb_path: Path,
+    duckdb_path: Path | Warehouse,
     *,
     row_cap: int = DEFAULT_MAX_ROWS,
     sql_timeout: float = DEFAULT_TIMEOUT_SECONDS,
-    reader: SnapshotReader | None = None,
-) -> tuple[MCPServer, SnapshotReader]:
-    """The MCP server over the warehouse at ``duckdb_path`` and the reader it answers from
-    (close it when done). The SQL tool returns at most ``row_cap`` rows and stops a query
-    after ``sql_timeout`` seconds."""
-    rd = reader or SnapshotReader(duckdb_path, prepare=queries.prepare)
+    reader: Reader | None = None,
+) -> tuple[MCPServer, Reader]:
+    """The MCP server over the warehouse (a DuckDB path, or a :class:`Warehouse` of either
+    kind) and the reader it answers from (close it when done). The SQL tool returns at most
+    ``row_cap`` rows and stops a query after ``sql_timeout`` seconds."""
+    rd = reader or open_reader(duckdb_path, sql_timeout)
     mcp: MCPServer = MCPServer(
         "freetime", instructions=INSTRUCTIONS, version="1", log_level="WARNING"
     )
@@ -282,7 +306,12 @@ def build_server(
         each charged day with its tier and rate, the timeline (in the CSV), and what
         freetime cannot know."""
 
-        def gather(snap: Snapshot) -> dict[str, Any]:
+        def gather(snap: View) -> dict[str, Any]:
+            if not isinstance(snap, Snapshot):
+                raise ValueError(
+                    "container_evidence reads a DuckDB warehouse only for now; on PostgreSQL "
+                    "use get_container and query_warehouse"
+                )
             ev = evidence.gather(snap.con, container, load_tariffs())
             return {
                 "container": container,
@@ -330,8 +359,9 @@ def build_server(
             str,
             Field(
                 description=(
-                    "One read-only DuckDB query (SELECT/WITH/DESCRIBE/SHOW) over the schemas "
-                    "terminal49 and analytics."
+                    "One read-only query (SELECT/WITH/DESCRIBE/SHOW) over the schemas "
+                    "terminal49 and analytics, in the warehouse's SQL (DuckDB's, or "
+                    "PostgreSQL's on a PostgreSQL warehouse)."
                 )
             ),
         ],
@@ -349,8 +379,11 @@ def build_server(
         access). At most max_rows rows; long queries are stopped."""
         cap = min(max_rows, row_cap)
 
-        def run(snap: Snapshot) -> dict[str, Any]:
-            res = run_query(snap.path, sql, max_rows=cap, timeout_seconds=sql_timeout)
+        def run(snap: View) -> dict[str, Any]:
+            if isinstance(snap, Snapshot):
+                res = run_query(snap.path, sql, max_rows=cap, timeout_seconds=sql_timeout)
+            else:  # the live database, in this call's read-only transaction
+                res = snap.run_query(sql, max_rows=cap)
             return {
                 "columns": res.columns,
                 "types": res.types,

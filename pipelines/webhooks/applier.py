@@ -10,6 +10,9 @@ warehouse):
 - after a batch that changed containers, shipments, holds or fees, the risk is recomputed and
   published (:func:`pipelines.analytics.publish_risk`, a full run: it takes well under a
   second for a large account), under the writer lock too;
+- the warehouse is a DuckDB file or a PostgreSQL database (:class:`~pipelines.config.Warehouse`):
+  on PostgreSQL each batch and each risk run is one transaction under the writers' advisory
+  lock (:mod:`pipelines.pg.lock`); alerts are delivered from a DuckDB warehouse only for now;
 - storing and acknowledging never wait for it: it runs beside the receiver's event loop, and
   a failure (a warehouse locked by a notebook, an API down) is reported in one line and
   retried later; nothing stored is lost (the inbox keeps it until applied);
@@ -22,6 +25,7 @@ warehouse):
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
@@ -31,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pipelines.config import Warehouse, resolve_warehouse
 from pipelines.publish.lock import writer_lock
 from pipelines.terminal49.client import Terminal49Client
 from pipelines.warehouse import WarehouseMissing
@@ -63,7 +68,7 @@ class Applier:
 
     def __init__(
         self,
-        duckdb_path: Path,
+        duckdb_path: Path | Warehouse,
         inbox_path: Path,
         *,
         client: Callable[[], Terminal49Client | None] = lambda: None,
@@ -75,7 +80,9 @@ class Applier:
         alerts: bool = True,
         report: Callable[[str], None] = lambda line: log.info("%s", line),
     ) -> None:
-        self.duckdb_path = duckdb_path
+        self.warehouse = resolve_warehouse(duckdb_path)
+        #: the DuckDB file, or the PostgreSQL warehouse's local working folder
+        self.duckdb_path = self.warehouse.path or self.warehouse.working_folder()
         self.inbox_path = inbox_path
         self._client_factory = client
         self.batch_size = batch_size
@@ -83,7 +90,8 @@ class Applier:
         self.gather_seconds = gather_seconds
         self.retry_seconds = retry_seconds
         self.risk = risk
-        self.alerts = alerts and risk
+        # the alerts' outbox is a DuckDB table today
+        self.alerts = alerts and risk and not self.warehouse.is_postgres
         self.report = report
         self._state = ApplierState()
         self._wake = threading.Event()
@@ -139,10 +147,15 @@ class Applier:
         """Import what a batch needs (dlt's destination, polars) before the first delivery:
         seconds the first notification would otherwise wait."""
         try:
-            from pipelines.publish.staging import make_pipeline, staging_slot
+            if self.warehouse.is_postgres:
+                from pipelines.pg.write import make_pipeline as make_pg_pipeline
 
-            with staging_slot(self.duckdb_path, "webhooks") as slot:
-                make_pipeline(self.duckdb_path, slot).destination.client_class  # noqa: B018
+                make_pg_pipeline(self.warehouse, "webhooks").destination.client_class  # noqa: B018
+            else:
+                from pipelines.publish.staging import make_pipeline, staging_slot
+
+                with staging_slot(self.duckdb_path, "webhooks") as slot:
+                    make_pipeline(self.duckdb_path, slot).destination.client_class  # noqa: B018
             if self.risk:
                 import pipelines.analytics  # noqa: F401
         except Exception as exc:  # the first batch will say what is wrong
@@ -153,7 +166,7 @@ class Applier:
         started = time.monotonic()
         try:
             summary = apply_inbox(
-                self.duckdb_path,
+                self.warehouse,
                 self.inbox_path,
                 client,
                 batch_size=self.batch_size,
@@ -188,12 +201,22 @@ class Applier:
             return False
         from pipelines.analytics import publish_risk  # polars: only once there is risk to do
 
-        with writer_lock(self.duckdb_path, "risk after webhooks"):
+        with self._writer_lock("risk after webhooks"):
             try:
-                publish_risk(self.duckdb_path)
+                publish_risk(self.warehouse.path or self.warehouse.dsn)
             except WarehouseMissing:  # webhooks before any load: no containers table yet
                 return False
         return True
+
+    def _writer_lock(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """The warehouse's writer lock: the file lock, or PostgreSQL's advisory lock."""
+        # --- WAREHOUSE DISPATCH (issue 30): PostgreSQL's writers take an advisory lock ---
+        if self.warehouse.is_postgres:
+            from pipelines.pg.lock import writer_lock as pg_writer_lock
+
+            return pg_writer_lock(self.warehouse, what)
+        # --- end of the warehouse dispatch ---
+        return writer_lock(self.duckdb_path, what)
 
     def _send(self) -> None:
         """Deliver pending alerts each time a risk run may have raised some."""

@@ -48,7 +48,7 @@ import pyarrow as pa
 from dlt.sources import DltResource
 
 from pipelines import history
-from pipelines.config import resolve_duckdb_path
+from pipelines.config import DATASET, Warehouse, resolve_warehouse
 from pipelines.terminal49 import TABLE_HINTS, column_hints, flatten, settings
 from pipelines.terminal49.client import ApiError, Terminal49Client, Terminal49Error
 from pipelines.terminal49.documents import (
@@ -119,6 +119,8 @@ class ApplySummary:
 
     duckdb_path: Path
     inbox_path: Path
+    #: the warehouse written, as it may be shown (a PostgreSQL URL with its password masked)
+    warehouse: str = ""
     notifications: int = 0
     events: dict[str, int] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
@@ -412,11 +414,25 @@ def _tables_source(tables: dict[str, pa.Table]) -> list[DltResource]:
 
 
 def write_tables(
-    duckdb_path: Path, tables: dict[str, pa.Table], lock_retry_seconds: float = 30.0
+    duckdb_path: Path | Warehouse, tables: dict[str, pa.Table], lock_retry_seconds: float = 30.0
 ) -> WriteSummary:
-    """Merge ``tables`` into the warehouse (see :func:`pipelines.write.write`)."""
+    """Merge ``tables`` into the warehouse (see :func:`pipelines.write.write`; on PostgreSQL
+    :func:`pipelines.pg.write.write`, one transaction under the writers' advisory lock)."""
     if not tables:
         return WriteSummary()
+    # --- WAREHOUSE DISPATCH (issue 30): webhook apply on PostgreSQL writes through pipelines/pg
+    if isinstance(duckdb_path, Warehouse):
+        if duckdb_path.path is None:
+            from pipelines.pg.connection import check_writable
+            from pipelines.pg.lock import writer_lock
+            from pipelines.pg.write import write as write_postgres
+            from pipelines.write import incoming_dataset
+
+            check_writable(duckdb_path, (DATASET, incoming_dataset("webhooks")))
+            with writer_lock(duckdb_path, "webhook apply"):
+                return write_postgres("webhooks", _tables_source(tables), duckdb_path)
+        duckdb_path = duckdb_path.path
+    # --- end of the warehouse dispatch ---
     return write(
         "webhooks",
         _tables_source(tables),
@@ -471,7 +487,7 @@ KEEP_APPLIED_DAYS = 7.0
 
 
 def apply_inbox(
-    duckdb_path: str | os.PathLike[str] | None = None,
+    duckdb_path: str | os.PathLike[str] | Warehouse | None = None,
     inbox_path: str | os.PathLike[str] | None = None,
     client: Terminal49Client | None = None,
     *,
@@ -490,13 +506,18 @@ def apply_inbox(
     ``client`` (optional) refreshes containers the payloads do not carry and, with
     ``reconcile=True``, first pulls notifications the receiver never got from
     ``GET /webhook_notifications``. Afterwards the notifications applied more than ``keep_days``
-    ago leave the inbox (:meth:`Inbox.prune`: their payloads are in the warehouse). Raises
-    LoadFailed, WarehouseLocked, Terminal49Error.
+    ago leave the inbox (:meth:`Inbox.prune`: their payloads are in the warehouse).
+    ``duckdb_path``: a DuckDB path, a ``postgresql://`` URL or a
+    :class:`~pipelines.config.Warehouse` (default: ``FREETIME_WAREHOUSE``, see
+    :func:`~pipelines.config.resolve_warehouse`); on PostgreSQL each batch is published in one
+    transaction under the writers' advisory lock. Raises LoadFailed, WarehouseLocked,
+    WriterBusy, WarehouseUnusable, Terminal49Error.
     """
     started = time.monotonic()
-    path = resolve_duckdb_path(duckdb_path)
-    ipath = Path(inbox_path) if inbox_path else default_inbox_path(path)
-    summary = ApplySummary(duckdb_path=path, inbox_path=ipath)
+    warehouse = resolve_warehouse(duckdb_path)
+    path = warehouse.path or warehouse.working_folder()
+    ipath = Path(inbox_path) if inbox_path else default_inbox_path(warehouse)
+    summary = ApplySummary(duckdb_path=path, inbox_path=ipath, warehouse=warehouse.display)
     with Inbox(ipath) as inbox, inbox.applying():
         if reconcile:
             if client is None:
@@ -509,7 +530,7 @@ def apply_inbox(
             if not rows:
                 break
             batches += 1
-            _apply_rows(rows, inbox, path, client, stamp, lock_retry_seconds, summary)
+            _apply_rows(rows, inbox, warehouse, client, stamp, lock_retry_seconds, summary)
             done.update(r.id for r in rows)
         summary.pending = inbox.counts()["pending"]
         cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=keep_days)
@@ -521,7 +542,7 @@ def apply_inbox(
 def _apply_rows(
     rows: list[InboxRow],
     inbox: Inbox,
-    path: Path,
+    warehouse: Warehouse,
     client: Terminal49Client | None,
     stamp: Stamp,
     lock_retry_seconds: float,
@@ -557,7 +578,7 @@ def _apply_rows(
     elif batch.to_refresh:
         summary.unresolved += sorted(set(batch.to_refresh.values()))
     summary.unresolved += batch.unidentified
-    published = write_tables(path, batch.tables(), lock_retry_seconds)
+    published = write_tables(warehouse, batch.tables(), lock_retry_seconds)
     for name, n in published.written.items():
         summary.rows[name] = summary.rows.get(name, 0) + n
     summary.skipped_older += sum(

@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from pipelines.config import ConfigError, resolve_duckdb_path
+from pipelines.config import ConfigError, Warehouse, resolve_warehouse
 
 INBOX_ENV = "FREETIME_INBOX"
 MAX_BODY_BYTES = 10 * 1024 * 1024
@@ -53,12 +53,18 @@ CREATE INDEX IF NOT EXISTS notifications_applied
 """
 
 
-def default_inbox_path(duckdb_path: str | os.PathLike[str] | None = None) -> Path:
-    """Env ``FREETIME_INBOX``, else ``inbox.sqlite`` beside the warehouse file."""
+def default_inbox_path(
+    duckdb_path: str | os.PathLike[str] | Warehouse | None = None,
+) -> Path:
+    """Env ``FREETIME_INBOX``, else ``inbox.sqlite`` beside the warehouse file; for a
+    PostgreSQL warehouse, in its local working folder (:meth:`Warehouse.working_folder`)."""
     env = os.environ.get(INBOX_ENV)
     if env:
         return Path(env)
-    return resolve_duckdb_path(duckdb_path).parent / "inbox.sqlite"
+    warehouse = resolve_warehouse(duckdb_path)
+    if warehouse.path is None:
+        return warehouse.working_folder() / "inbox.sqlite"
+    return warehouse.path.parent / "inbox.sqlite"
 
 
 class InboxUnusable(ConfigError):
