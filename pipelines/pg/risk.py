@@ -49,8 +49,8 @@ from pipelines.config import Warehouse
 from pipelines.history import BINDING_BASIS_FIELD, BINDING_FIELD
 from pipelines.pg.connection import dsn_with_password, masked
 from pipelines.pg.publish import DUCKDB_NAMES, HISTORY, HISTORY_COLUMNS, ensure_history
-from pipelines.pg.views import create_views, raise_alerts
 from pipelines.pg.reader import ensure_lookup_indexes
+from pipelines.pg.views import create_views, raise_alerts
 from pipelines.warehouse import WarehouseMissing, WarehouseUnusable
 
 RISK, PREVIOUS = "demurrage_risk", "demurrage_risk_previous"

@@ -170,6 +170,16 @@ def open_reader(
     return SnapshotReader(warehouse, prepare=queries.prepare)
 
 
+def duckdb_only(snap: View, tool: str) -> Snapshot:
+    """``snap`` when it is a DuckDB snapshot; on PostgreSQL a tool error that says so."""
+    if not isinstance(snap, Snapshot):
+        raise ValueError(
+            f"{tool} reads a DuckDB warehouse only for now; on PostgreSQL use get_container "
+            "and query_warehouse"
+        )
+    return snap
+
+
 def build_server(
     duckdb_path: Path | Warehouse,
     *,
@@ -307,12 +317,9 @@ def build_server(
         freetime cannot know."""
 
         def gather(snap: View) -> dict[str, Any]:
-            if not isinstance(snap, Snapshot):
-                raise ValueError(
-                    "container_evidence reads a DuckDB warehouse only for now; on PostgreSQL "
-                    "use get_container and query_warehouse"
-                )
-            ev = evidence.gather(snap.con, container, load_tariffs())
+            ev = evidence.gather(
+                duckdb_only(snap, "container_evidence").con, container, load_tariffs()
+            )
             return {
                 "container": container,
                 "facts": dict(evidence.key_facts(ev)),
@@ -338,7 +345,7 @@ def build_server(
         out = _answer(
             rd,
             ("audit_invoice", invoice, issuer),
-            lambda snap: queries.audit_invoice(snap, invoice, issuer),
+            lambda snap: queries.audit_invoice(duckdb_only(snap, "audit_invoice"), invoice, issuer),
         )
         return _result(
             f"invoice {invoice}: {out['disputed_amount']:,.2f} {out['currency']} in dispute of "
