@@ -17,7 +17,6 @@ from psycopg2.extensions import cursor as Cursor
 
 from pipelines.config import DATASET, ApiSettings, ConfigError, Warehouse
 from pipelines.pg.connection import check_writable, connection
-from pipelines.pg.lock import writer_lock
 from pipelines.pg.publish import table_names
 from pipelines.pg.write import write
 from pipelines.terminal49 import settings as t49
@@ -66,29 +65,35 @@ def run_load(
         if on_page:
             on_page(s)
 
-    with writer_lock(warehouse, "load", wait_seconds, on_wait):
-        identity = source_identity(api.base_url)
-        check_source(warehouse, identity, SOURCE_TABLE)
-        last = None if full else last_load_started(warehouse)
-        scan, lists = plan_scan(last, include_shipments_list)
-        summary.kind, summary.window_from = scan.kind, scan.window_from
-        client = Terminal49Client.for_api(
-            api,
-            concurrency=concurrency,
-            transport=transport,
-            max_attempts=max_attempts,
-            backoff_base_s=backoff_base_s,
+    # scanned without the writers' lock, published under it (pipelines.pg.write)
+    identity = source_identity(api.base_url)
+    check_source(warehouse, identity, SOURCE_TABLE)
+    last = None if full else last_load_started(warehouse)
+    scan, lists = plan_scan(last, include_shipments_list)
+    summary.kind, summary.window_from = scan.kind, scan.window_from
+    client = Terminal49Client.for_api(
+        api,
+        concurrency=concurrency,
+        transport=transport,
+        max_attempts=max_attempts,
+        backoff_base_s=backoff_base_s,
+        # one budget with the warehouse's other writers; the full scan has the night for it
+        budget=warehouse.working_folder(),
+        yield_budget=scan.kind == "full",
+    )
+    try:
+        source = scan_source(client, lists, scan, track)
+        published = write(
+            "load",
+            source,
+            warehouse,
+            finish=lambda cur: record_source(cur, identity, SOURCE_TABLE),
+            what=f"{scan.kind} load",
+            wait_seconds=wait_seconds,
+            on_wait=on_wait,
         )
-        try:
-            source = scan_source(client, lists, scan, track)
-            published = write(
-                "load",
-                source,
-                warehouse,
-                finish=lambda cur: record_source(cur, identity, SOURCE_TABLE),
-            )
-        finally:
-            client.close()
+    finally:
+        client.close()
     fill_summary(summary, published, client, stats)
     summary.seconds = time.monotonic() - started
     return summary
