@@ -487,3 +487,40 @@ def test_without_a_password_anywhere_the_error_says_so(bare_url: str) -> None:
 
     with pytest.raises(WarehouseUnusable, match="no password supplied"):
         connect(Warehouse.parse(bare_url))
+
+
+def test_two_machines_loading_one_warehouse_share_the_keys_budget(
+    pg_database: str, tmp_path: Path
+) -> None:
+    # two "machines": two processes with working folders of their own, one database
+    with SandboxProcess(containers=2500, seed=41, clock=CLOCK, rate_limit=100) as sb:
+        base = {
+            k: v for k, v in os.environ.items() if not k.startswith(("TERMINAL49_", "FREETIME_"))
+        }
+        args = [sys.executable, "-m", "freetime_cli.main", "load", "--full"]
+        args += ["--base-url", sb.base_url, "--warehouse", pg_database]
+        procs = [
+            subprocess.Popen(
+                args,
+                cwd=REPO,
+                env={
+                    **base,
+                    "TERMINAL49_API_KEY": sb.api_key,
+                    "FREETIME_WORKDIR": str(tmp_path / f"machine{n}"),
+                },
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for n in range(2)
+        ]
+        outs = [p.communicate(timeout=600) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+        stats = sb.stats()
+        assert stats["requests"] > 100  # together they needed more than a minute's budget
+        assert "429" not in stats["by_status"], stats
+        truth = {c["id"] for c in sb.ground_truth()["containers"]}
+    assert {r[0] for r in _rows(pg_database, "SELECT id FROM terminal49.containers")} == truth
+    # the window is kept by key digest, never by the key
+    states = _rows(pg_database, "SELECT key, state FROM terminal49.freetime_budget")
+    assert len(states) == 1 and sb.api_key not in str(states)

@@ -16,6 +16,7 @@ import httpx
 from psycopg2.extensions import cursor as Cursor
 
 from pipelines.config import DATASET, ApiSettings, ConfigError, Warehouse
+from pipelines.pg.budget import DatabaseBudget
 from pipelines.pg.connection import check_writable, connection
 from pipelines.pg.publish import table_names
 from pipelines.pg.write import write
@@ -77,8 +78,9 @@ def run_load(
         transport=transport,
         max_attempts=max_attempts,
         backoff_base_s=backoff_base_s,
-        # one budget with the warehouse's other writers; the full scan has the night for it
-        budget=warehouse.working_folder(),
+        # one budget with the warehouse's other writers on every machine (kept in the
+        # database); the full scan has the night for it
+        budget=DatabaseBudget(warehouse),
         yield_budget=scan.kind == "full",
     )
     try:

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 
 class RollingWindowLimiter:
@@ -72,6 +72,9 @@ class RollingWindowLimiter:
                 if self._waiters == 0:
                     self.waited_s += self._clock() - self._wait_since
 
+    def close(self) -> None:
+        """Release what it holds (a subclass's connection); nothing here."""
+
     def penalise(self, seconds: float) -> None:
         """After a 429, hold every sender back: fill the window as if it were just used up."""
         if not self.limit:
@@ -105,7 +108,7 @@ class SharedWindowLimiter(RollingWindowLimiter):
 
     def __init__(
         self,
-        path: Path,
+        path: Path | None,
         limit: int | None,
         window: float = 60.0,
         margin: float = 0.5,
@@ -117,10 +120,14 @@ class SharedWindowLimiter(RollingWindowLimiter):
         super().__init__(limit, window, margin, clock, sleep)
         self.path = path
         self.yielding = yielding
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
 
     @contextlib.contextmanager
     def _shared(self) -> Iterator[dict[str, Any]]:
+        """The window's state, read and written back under an exclusive lock: the one place
+        a subclass keeping it elsewhere (a database shared by machines) overrides."""
+        assert self.path is not None
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -191,8 +198,28 @@ class SharedWindowLimiter(RollingWindowLimiter):
             state["sent"] = [until] * self.limit
 
 
+class BudgetStore(Protocol):
+    """Where the key's window is shared beyond this machine (a database the writers share):
+    makes the limiter of one key."""
+
+    def limiter(
+        self,
+        key: str,
+        limit: int | None,
+        window: float,
+        margin: float,
+        *,
+        yielding: bool,
+        sleep: Callable[[float], None],
+    ) -> RollingWindowLimiter: ...
+
+
+def budget_key(base_url: str, api_key: str) -> str:
+    """The name of one API key's (at one base URL) shared window: a digest, never the key."""
+    return hashlib.sha256(f"{base_url.rstrip('/')}\n{api_key}".encode()).hexdigest()[:16]
+
+
 def budget_file(folder: Path, base_url: str, api_key: str) -> Path:
     """The shared window of one API key (at one base URL) in ``folder``: the file is named
     by a digest, never by the key."""
-    digest = hashlib.sha256(f"{base_url.rstrip('/')}\n{api_key}".encode()).hexdigest()[:16]
-    return folder / f"budget-{digest}.json"
+    return folder / f"budget-{budget_key(base_url, api_key)}.json"
