@@ -21,7 +21,6 @@ from pipelines.pg.connection import check_writable, connection
 from pipelines.pg.publish import table_names
 from pipelines.pg.write import write
 from pipelines.terminal49 import settings as t49
-from pipelines.terminal49.client import Terminal49Client
 from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import quote
 from pipelines.write import LOADS_TABLE, incoming_dataset
@@ -51,6 +50,7 @@ def run_load(
         LoadSummary,
         fill_summary,
         plan_scan,
+        scan_client,
         scan_source,
         source_identity,
     )
@@ -72,16 +72,14 @@ def run_load(
     last = None if full else last_load_started(warehouse)
     scan, lists = plan_scan(last, include_shipments_list)
     summary.kind, summary.window_from = scan.kind, scan.window_from
-    client = Terminal49Client.for_api(
+    client = scan_client(
         api,
+        scan,
+        DatabaseBudget(warehouse),  # shared by the writers of every machine
         concurrency=concurrency,
         transport=transport,
         max_attempts=max_attempts,
         backoff_base_s=backoff_base_s,
-        # one budget with the warehouse's other writers on every machine (kept in the
-        # database); the full scan has the night for it
-        budget=DatabaseBudget(warehouse),
-        yield_budget=scan.kind == "full",
     )
     try:
         source = scan_source(client, lists, scan, track)
