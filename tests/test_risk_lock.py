@@ -59,12 +59,15 @@ def test_risk_waits_for_the_writer_holding_the_warehouse(tmp_path: Path) -> None
         assert not _published(db)
 
         waiting = _risk(db, "--wait", "120")
-        time.sleep(3)
+        assert waiting.stderr is not None
+        said = waiting.stderr.readline()  # once it has reached the lock
+        assert said.startswith("waiting for the full load (pid "), said
+        time.sleep(1)
         assert waiting.poll() is None  # still waiting: nothing published under the load
         assert not _published(db)
     out, err = waiting.communicate(timeout=120)
     assert waiting.returncode == 0, err
-    assert err.count("waiting for the full load (pid ") == 1, err
+    assert "waiting for" not in err, err  # said once
     assert _published(db)
     assert out.splitlines()[0].startswith("risk_level,container_number")
 
