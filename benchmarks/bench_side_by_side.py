@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -50,12 +51,22 @@ def _cli(*args: str, key: str) -> subprocess.Popen[str]:
 
 
 def _timed(*args: str, key: str) -> float:
+    return _timed_load(*args, key=key)[0]
+
+
+def _timed_load(*args: str, key: str) -> tuple[float, dict[str, float]]:
+    """Seconds a ``freetime`` command took, the requests it made and the seconds it waited
+    for the key's budget (from a load's summary line), and whether it waited for the lock."""
     started = time.monotonic()
     proc = _cli(*args, key=key)
     out, err = proc.communicate()
     if proc.returncode != 0:
         raise SystemExit(f"{args} failed:\n{err[-3000:]}")
-    return time.monotonic() - started
+    said = r"(\d+)\s+requests\s.*?([\d.]+)s\s+waited\s+for\s+the\s+key's\s+budget"
+    found = re.search(said, out, re.S)
+    budget = {"requests": int(found[1]), "budget_wait_s": float(found[2])} if found else {}
+    budget["waited_for_writer"] = err.count("waiting for ")  # the lock held by another writer
+    return time.monotonic() - started, budget
 
 
 def _free_port() -> int:
@@ -110,7 +121,7 @@ def main() -> None:
         target = ("--duckdb", str(db), "--base-url", sb.base_url)
         first_full = _timed("load", "--full", *target, key=sb.api_key)
         sb.advance(hours=1)
-        incremental_alone = _timed("load", *target, key=sb.api_key)
+        incremental_alone, alone = _timed_load("load", *target, key=sb.api_key)
         port = _free_port()
         hook = sb.register_webhook(f"http://127.0.0.1:{port}{PATH}")
         receiver, url = start_receiver_process(
@@ -124,13 +135,14 @@ def main() -> None:
             started = time.monotonic()
             full = _cli("load", "--full", *target, key=sb.api_key)
             incremental_during: float | None = None
+            during: dict[str, float] = {}
             while full.poll() is None:
                 time.sleep(args.every)
                 sb.advance(minutes=10)
                 sb.deliver_pending(timeout=30)
                 elapsed = time.monotonic() - started
                 if incremental_during is None and elapsed > 30:
-                    incremental_during = _timed("load", *target, key=sb.api_key)
+                    incremental_during, during = _timed_load("load", *target, key=sb.api_key)
             full_seconds = time.monotonic() - started
             _, err = full.communicate()
             if full.returncode != 0:
@@ -166,6 +178,8 @@ def main() -> None:
                     "paced_full_load_s": round(full_seconds, 1),
                     "incremental_alone_s": round(incremental_alone, 1),
                     "incremental_during_s": round(incremental_during or float("nan"), 1),
+                    "incremental_alone": alone,
+                    "incremental_during": during,
                     "notifications": len(delays),
                     "receipt_to_publish_s": {
                         "p50": round(statistics.median(delays), 2) if delays else None,

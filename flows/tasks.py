@@ -64,7 +64,6 @@ from pipelines.warehouse import (
 )
 from pipelines.webhooks.apply import ApplySummary, apply_inbox
 from pipelines.webhooks.inbox import default_inbox_path
-from pipelines.write import writer_lock
 
 # How long a run waits for a reader (a notebook, `duckdb` CLI) to let go of the file.
 LOCK_RETRY_SECONDS = 30.0
@@ -285,8 +284,7 @@ def compute_risk(
 ) -> RiskSummary:
     """Recompute and publish ``analytics.demurrage_risk`` and its views as of ``as_of``, under
     the warehouse's writer lock (it writes the warehouse like any writer)."""
-    with writer_lock(resolve_duckdb_path(duckdb_path), "risk publish"):
-        summary = publish_risk(duckdb_path, as_of=as_of, tariffs_path=tariffs_path)
+    summary = publish_risk(duckdb_path, as_of=as_of, tariffs_path=tariffs_path)
     get_run_logger().info(
         "risk as of %s: %s",
         summary.as_of.isoformat(),

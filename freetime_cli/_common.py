@@ -66,6 +66,11 @@ CarrierOption = typer.Option(
 WideOption = typer.Option(
     "--wide", help="Every column in full, whatever the terminal's width (lines may wrap)."
 )
+WaitOption = typer.Option(
+    "--wait",
+    help="Seconds to wait for another writer of the warehouse "
+    "(env FREETIME_WRITER_WAIT; default 3600).",
+)
 
 
 def table_console() -> Console:

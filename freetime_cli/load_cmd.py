@@ -15,6 +15,7 @@ from rich.text import Text
 from freetime_cli._common import (
     BaseUrlOption,
     DuckDbOption,
+    WaitOption,
     WarehouseOption,
     chosen_warehouse,
     console,
@@ -57,13 +58,7 @@ def load(
             "lists) instead of only what changed since the last load.",
         ),
     ] = False,
-    wait: Annotated[
-        float | None,
-        typer.Option(
-            help="Seconds to wait for another writer of the warehouse "
-            "(env FREETIME_WRITER_WAIT; default 3600)."
-        ),
-    ] = None,
+    wait: Annotated[float | None, WaitOption] = None,
 ) -> None:
     """Load the Terminal49 account (containers, shipments, holds, fees, terminals, ports).
 

@@ -13,8 +13,10 @@ from freetime_cli._common import (
     LimitOption,
     PortOption,
     TerminalOption,
+    WaitOption,
     WarehouseOption,
     WideOption,
+    console,
     fail,
     parse_as_of,
     table_console,
@@ -63,13 +65,14 @@ def risk(
     terminal: Annotated[str | None, TerminalOption] = None,
     carrier: Annotated[str | None, CarrierOption] = None,
     wide: Annotated[bool, WideOption] = False,
+    wait: Annotated[float | None, WaitOption] = None,
 ) -> None:
     """Recompute demurrage risk and print the at-risk containers, most urgent first."""
     import polars as pl  # here, not at import: `freetime --help` should start fast
 
     from flows.artifacts import at_risk_rows
     from pipelines.analytics import LEVELS, TariffError, at_risk, publish_risk
-    from pipelines.config import ConfigError
+    from pipelines.config import ConfigError, resolve_writer_wait
     from pipelines.warehouse import WarehouseError
 
     try:
@@ -83,7 +86,13 @@ def risk(
         n = parse_limit(limit)
         filters = Filters.parse(port, terminal, carrier)
         target = warehouse_given(duckdb, warehouse)
-        summary = publish_risk(target, as_of=when, tariffs_path=tariffs)
+        summary = publish_risk(
+            target,
+            as_of=when,
+            tariffs_path=tariffs,
+            wait_seconds=resolve_writer_wait(wait),
+            on_wait=lambda line: console.print(line, highlight=False),
+        )
         rows = at_risk(target, levels or None)
     except (ValueError, TariffError, ConfigError, WarehouseError) as exc:
         fail(str(exc))

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import orjson
 
-from pipelines.config import ApiSettings, ConfigError, resolve_duckdb_path
+from pipelines.config import ApiSettings, ConfigError, resolve_duckdb_path, working_folder
 from pipelines.terminal49.client import Terminal49Client, Terminal49Error
 
 DIRECT_UPLOADS_PATH = "/rails/active_storage/direct_uploads"
@@ -239,20 +239,26 @@ def sync_documents(
     transport: httpx.BaseTransport | None = None,
     lock_retry_seconds: float = 30.0,
 ) -> dict[str, int]:
-    """Load documents, email submissions and representations; rows written per table."""
+    """Load documents, email submissions and representations; rows written per table.
+
+    The API is read without the writer lock, in the key's budget shared with the warehouse's
+    other writers; the lock is held only to publish (:func:`pipelines.write.write`)."""
     from pipelines.terminal49.documents import DOCUMENT_TABLE_HINTS, documents_source
-    from pipelines.write import write, writer_lock
+    from pipelines.write import write
 
     api = api or ApiSettings.resolve()
     if not api.api_key:
         raise ConfigError("no API key: set TERMINAL49_API_KEY (or sources.terminal49.api_key)")
     path = resolve_duckdb_path(duckdb_path)
-    client = Terminal49Client.for_api(api, transport=transport)
+    client = Terminal49Client.for_api(api, transport=transport, budget=working_folder(path))
     try:
-        with writer_lock(path, "documents sync"):
-            published = write(
-                "documents", documents_source(client), path, lock_retry_seconds=lock_retry_seconds
-            )
+        published = write(
+            "documents",
+            documents_source(client),
+            path,
+            lock_retry_seconds=lock_retry_seconds,
+            what="documents sync",
+        )
     finally:
         client.close()
     return {t: published.written.get(t, 0) for t in DOCUMENT_TABLE_HINTS}

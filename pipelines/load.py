@@ -41,6 +41,7 @@ from pipelines.config import (
 )
 from pipelines.terminal49 import ListSpec, terminal49_source
 from pipelines.terminal49 import settings as t49
+from pipelines.terminal49._ratelimit import BudgetStore
 from pipelines.terminal49.client import Terminal49Client
 from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import reading, table_names
@@ -156,15 +157,14 @@ def run_load(
     last = None if full else last_load_started(path, lock_retry_seconds)
     scan, lists = plan_scan(last, include_shipments_list)
     summary.kind, summary.window_from = scan.kind, scan.window_from
-    client = Terminal49Client.for_api(
+    client = scan_client(
         api,
+        scan,
+        working_folder(path),
         concurrency=concurrency,
         transport=transport,
         max_attempts=max_attempts,
         backoff_base_s=backoff_base_s,
-        # one budget with the warehouse's other writers; the full scan has the night for it
-        budget=working_folder(path),
-        yield_budget=scan.kind == "full",
     )
     try:
         source = scan_source(client, lists, scan, track)
@@ -199,6 +199,15 @@ def plan_scan(
         scan.window_from = last.date() - dt.timedelta(days=1)
         lists = incremental_lists(scan.window_from)
     return scan, lists
+
+
+def scan_client(
+    api: ApiSettings, scan: ScanInfo, budget: Path | BudgetStore, **options: Any
+) -> Terminal49Client:
+    """The scan's client (``options``: :class:`Terminal49Client`'s), pacing in the key's
+    budget shared with the warehouse's other writers (``budget``); a full scan yields to
+    them: it has the night."""
+    return Terminal49Client.for_api(api, budget=budget, yield_budget=scan.kind == "full", **options)
 
 
 def scan_source(

@@ -366,7 +366,9 @@ class WebhookHub:
         send a fresh notification (id never sent validly) with a wrong, missing or mismatched
         signature; ``malformed`` send a correctly signed body that is not a usable notification
         (truncated JSON, not JSON, JSON without ``data.id``, a JSON array). No retries; blast
-        notifications are not listed by ``/webhook_notifications``. Returns the exact report.
+        notifications are not listed by ``/webhook_notifications``. Returns the exact report
+        (each result with ``sent_at``, the POST's start in epoch seconds, and ``seconds``, the
+        time to its answer).
         """
         self._blasts += 1
         rng = random.Random(f"{self.seed}:blast:{seed}")
@@ -444,7 +446,9 @@ class WebhookHub:
 
         async def one(k: int, item: dict[str, Any]) -> None:
             async with sem:
+                sent_at, began = time.time(), time.monotonic()
                 res = await self.post(hook.url, item["body"], item["signature"], hook.headers)
+                seconds = time.monotonic() - began
             results[k] = {
                 "seq": k,
                 "id": item["id"],
@@ -452,6 +456,8 @@ class WebhookHub:
                 "how": item.get("how"),
                 "status_code": res.status_code,
                 "error": res.error,
+                "sent_at": sent_at,  # wall clock (epoch seconds) when the POST began
+                "seconds": round(seconds, 4),  # until its answer
             }
 
         await asyncio.gather(*(one(k, item) for k, item in enumerate(plan)))

@@ -262,10 +262,15 @@ def test_a_writer_waits_for_the_one_holding_the_warehouse(
     holder = connect(warehouse, autocommit=True, application="freetime writer: documents sync")
     with holder.cursor() as cur:
         cur.execute("SELECT pg_advisory_lock(%s)", [WRITER_KEY])
-    threading.Timer(1.0, holder.close).start()
-    started = time.monotonic()
-    summary = run_load(warehouse, _api(sandbox), on_wait=lines.append, wait_seconds=30)
-    assert time.monotonic() - started >= 0.9
+    waited: list[float] = []
+
+    def on_wait(line: str) -> None:  # the load has scanned and waits to publish
+        lines.append(line)
+        waited.append(time.monotonic())
+        threading.Timer(1.0, holder.close).start()
+
+    summary = run_load(warehouse, _api(sandbox), on_wait=on_wait, wait_seconds=30)
+    assert time.monotonic() - waited[0] >= 0.9
     assert summary.rows["containers"] == 60
     assert lines == ["waiting for the documents sync (pid "] or (
         len(lines) == 1 and lines[0].startswith("waiting for the documents sync")
@@ -274,6 +279,53 @@ def test_a_writer_waits_for_the_one_holding_the_warehouse(
     # within one process the lock is re-entrant (nested steps of one writer); not across
     with writer_lock(warehouse, "load"), writer_lock(warehouse, "load", wait_seconds=0):
         pass
+
+
+def test_a_load_scanning_slowly_does_not_block_another_writers_publish(
+    pg_database: str,
+) -> None:
+    warehouse = Warehouse.parse(pg_database)
+    env = {"TERMINAL49_API_KEY": "", "FREETIME_WORKDIR": os.environ["FREETIME_WORKDIR"]}
+    # every answer takes 2-6 s: the load scans for tens of seconds
+    with SandboxProcess(containers=200, seed=47, clock=CLOCK, faults=SLOW) as slow:
+        env["TERMINAL49_API_KEY"] = slow.api_key
+        args = ["load", "--base-url", slow.base_url, "--warehouse", pg_database]
+        base = {
+            k: v for k, v in os.environ.items() if not k.startswith(("TERMINAL49_", "FREETIME_"))
+        }
+        load = subprocess.Popen(
+            [sys.executable, "-m", "freetime_cli.main", *args, "--concurrency", "1"],
+            cwd=REPO,
+            env={**base, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _wait_until_scanning(slow, load)
+            # another writer publishes at once while the load scans (it used to hold the lock)
+            with writer_lock(warehouse, "webhook apply", wait_seconds=0):
+                pass
+            assert load.poll() is None, "the load ended first: the test proves nothing"
+            out, err = load.communicate(timeout=300)
+        finally:
+            if load.poll() is None:
+                load.kill()
+    assert load.returncode == 0, err
+    assert _rows(pg_database, "SELECT count(*) FROM terminal49.containers") == [(200,)]
+
+
+#: every answer of the sandbox after 2-6 s
+SLOW = "slow=1.0,slow_seconds=4"
+
+
+def _wait_until_scanning(sb: SandboxProcess, proc: subprocess.Popen[str]) -> None:
+    """Until the sandbox has answered the process's first page (it then scans for long)."""
+    deadline = time.monotonic() + 120
+    while sb.stats()["requests"] < 1:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the load never asked for a page"
+        time.sleep(0.2)
 
 
 # --- faults ---------------------------------------------------------------------------------
@@ -435,3 +487,40 @@ def test_without_a_password_anywhere_the_error_says_so(bare_url: str) -> None:
 
     with pytest.raises(WarehouseUnusable, match="no password supplied"):
         connect(Warehouse.parse(bare_url))
+
+
+def test_two_machines_loading_one_warehouse_share_the_keys_budget(
+    pg_database: str, tmp_path: Path
+) -> None:
+    # two "machines": two processes with working folders of their own, one database
+    with SandboxProcess(containers=2500, seed=41, clock=CLOCK, rate_limit=100) as sb:
+        base = {
+            k: v for k, v in os.environ.items() if not k.startswith(("TERMINAL49_", "FREETIME_"))
+        }
+        args = [sys.executable, "-m", "freetime_cli.main", "load", "--full"]
+        args += ["--base-url", sb.base_url, "--warehouse", pg_database]
+        procs = [
+            subprocess.Popen(
+                args,
+                cwd=REPO,
+                env={
+                    **base,
+                    "TERMINAL49_API_KEY": sb.api_key,
+                    "FREETIME_WORKDIR": str(tmp_path / f"machine{n}"),
+                },
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for n in range(2)
+        ]
+        outs = [p.communicate(timeout=600) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+        stats = sb.stats()
+        assert stats["requests"] > 100  # together they needed more than a minute's budget
+        assert "429" not in stats["by_status"], stats
+        truth = {c["id"] for c in sb.ground_truth()["containers"]}
+    assert {r[0] for r in _rows(pg_database, "SELECT id FROM terminal49.containers")} == truth
+    # the window is kept by key digest, never by the key
+    states = _rows(pg_database, "SELECT key, state FROM terminal49.freetime_budget")
+    assert len(states) == 1 and sb.api_key not in str(states)

@@ -94,3 +94,22 @@ def test_freetime_risk_runs_on_the_warehouse_the_setting_names(pg_database: str)
     assert done.stdout.splitlines()[0].startswith("risk_level,")
     password = Warehouse.parse(pg_database).password
     assert password and password not in done.stdout + done.stderr
+
+
+def test_risk_on_postgresql_publishes_under_the_writers_lock(pg_database: str) -> None:
+    from pipelines.pg.connection import connect
+    from pipelines.pg.lock import WRITER_KEY
+    from pipelines.write import WriterBusy
+
+    warehouse = Warehouse.parse(pg_database)
+    # another writer's session holds the lock
+    holder = connect(warehouse, autocommit=True, application="freetime writer: full load")
+    try:
+        with holder.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s)", [WRITER_KEY])
+        lines: list[str] = []
+        with pytest.raises(WriterBusy, match=r"^the warehouse is being written by the full load"):
+            publish_risk(pg_database, as_of=AS_OF, wait_seconds=0.5, on_wait=lines.append)
+        assert len(lines) == 1 and lines[0].startswith("waiting for the full load (pid ")
+    finally:
+        holder.close()

@@ -69,14 +69,53 @@ def test_a_shared_window_holds_every_sender_and_the_full_scan_yields(tmp_path: P
         )
 
     scan, sync = limiter(True), limiter(False)
-    for _ in range(6):  # alone, the full scan may use the whole window
+    for _ in range(6):  # alone, the full scan may use the whole window, evenly spaced
         scan.acquire()
-    assert slept == []
+    assert slept == [pytest.approx(7.5)] * 5  # 60 s / 8
     sync.acquire()  # the sync sends: for a while the scan keeps a quarter free for it
+    paced = scan.waited_s
     scan.acquire()  # 7 > 8 - 8 // 4: the scan waits until the sync has been quiet 10 s
-    assert scan.waited_s == pytest.approx(10.05, abs=0.01)
+    assert scan.waited_s - paced == pytest.approx(10.05, abs=0.01)
     sync.acquire()
     sync.acquire()  # the window is full (8): the sync waits for the first sends to expire
     assert sync.waited_s > 0
     sent = json.loads(path.read_text())["sent"]
     assert all(len([u for u in sent if t - 60 < u <= t]) <= 8 for t in sent)
+
+
+@pytest.mark.fast
+def test_the_full_scan_sends_nothing_while_another_writer_waits_for_the_window(
+    tmp_path: Path,
+) -> None:
+    now = [1000.0]
+    path = budget_file(tmp_path, "http://api/v2", "secret-key")
+
+    class ScanWaits(Exception):
+        pass
+
+    def scan_sleep(seconds: float) -> None:
+        raise ScanWaits
+
+    scan = SharedWindowLimiter(
+        path, 8, 60.0, 0.0, yielding=True, clock=lambda: now[0], sleep=scan_sleep
+    )
+    seen: list[str] = []
+
+    def sync_sleep(seconds: float) -> None:
+        assert len(seen) < 3, seen  # a scan that takes every freed slot would starve the sync
+        now[0] += seconds  # a slot of the window frees: the scan asks for it first
+        try:
+            scan.acquire()
+            seen.append("scan sent")
+        except ScanWaits:
+            seen.append("scan waited")
+
+    sync = SharedWindowLimiter(path, 8, 60.0, 0.0, clock=lambda: now[0], sleep=sync_sleep)
+    for _ in range(8):  # alone, the full scan fills the window (a tenth of 8 is none)
+        scan.acquire()
+        now[0] += 7.5  # its pace: 60 s / 8
+    now[0] = 1055.0  # the window holds 8 sends until 1060
+    sync.acquire()  # the window is full: the sync waits for its first slot
+    assert seen == ["scan waited"]  # the slot that freed went to the waiting sync
+    sent = json.loads(path.read_text())["sent"]
+    assert sent[-1] == now[0] and len(sent) == 8

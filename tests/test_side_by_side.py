@@ -7,9 +7,13 @@ one page at a time takes tens of seconds) with its rate limit on, the webhook re
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 import random
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,12 +21,13 @@ from typing import Any
 import duckdb
 
 from freetime_cli.webhooks_cmd import start_receiver_process
+from pipelines.analytics import publish_risk
 from pipelines.config import ApiSettings
 from pipelines.load import run_load
 from pipelines.webhooks.receiver import PATH
 from sandbox.process import SandboxProcess
 from tests.test_load_sandbox import assert_equals_ground_truth
-from tests.test_write_safety import _cli, _dump
+from tests.test_write_safety import REPO, _cli, _dump
 
 CLOCK = "2026-11-20T12:00:00Z"
 #: every answer takes 0.75-2.25 s (SLOWER: 1.5-4.5 s): a full load one page at a time takes
@@ -117,3 +122,69 @@ def test_a_killed_full_scan_leaves_what_the_other_writers_published(tmp_path: Pa
         # the next full load publishes over a slot a killed scan left
         run_load(db, _api(sb), full=True)
         assert_equals_ground_truth(db, sb.ground_truth())
+
+
+#: the transport-events step of a flow, as a process of its own (it has no command)
+_EVENTS = """
+import sys
+from pathlib import Path
+from pipelines.config import ApiSettings, working_folder
+from pipelines.history.transport_events import fetch_transport_events
+from pipelines.terminal49.client import Terminal49Client
+db = Path(sys.argv[1])
+api = ApiSettings.resolve(base_url=sys.argv[2])
+with Terminal49Client.for_api(api, budget=working_folder(db)) as c:
+    print(fetch_transport_events(db, c, max_containers=3).line())
+"""
+
+
+def test_the_events_step_and_the_documents_sync_fetch_without_the_writer_lock(
+    tmp_path: Path,
+) -> None:
+    db, inbox = tmp_path / "w.duckdb", tmp_path / "inbox.sqlite"
+    world = {"containers": 150, "seed": 31, "clock": CLOCK}
+    with SandboxProcess(**world) as fast:  # the same account, answering at once
+        run_load(db, _api(fast))
+    publish_risk(db, as_of=dt.datetime.fromisoformat(CLOCK))  # containers at risk need events
+    # every answer takes 8-24 s: each of the two fetches takes tens of seconds
+    with SandboxProcess(
+        **world,
+        rate_limit=100,
+        faults="slow=1.0,slow_seconds=16",
+        webhook_backoff=0.2,
+        webhook_timeout=5,
+    ) as sb:
+        port = _free_port()
+        hook = sb.register_webhook(f"http://127.0.0.1:{port}{PATH}")
+        receiver, _ = start_receiver_process(hook["attributes"]["secret"], inbox, port=port)
+        env = {"TERMINAL49_API_KEY": sb.api_key}
+        try:
+            events = subprocess.Popen(
+                [sys.executable, "-c", _EVENTS, str(db), sb.base_url],
+                cwd=REPO,
+                env={**os.environ, **env},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            documents = _cli(
+                "documents", "sync", "--duckdb", str(db), "--base-url", sb.base_url, env=env
+            )
+            sb.advance(hours=24)
+            assert sb.deliver_pending(timeout=60)["settled"]
+            apply = _cli("webhooks", "apply", "--duckdb", str(db), "--inbox", str(inbox), env={})
+            assert apply.wait(timeout=120) == 0, apply.communicate()
+            # the apply published while both were still fetching
+            assert events.poll() is None, "the events step ended first: the test proves nothing"
+            assert documents.poll() is None, "the sync ended first: the test proves nothing"
+            assert _writers(db)[-1] == ("webhooks", None)
+            out, err = events.communicate(timeout=300)
+            assert events.returncode == 0, err
+            assert out.startswith("3 requests for 3 containers"), out
+            out, err = documents.communicate(timeout=300)
+            assert documents.returncode == 0, err
+        finally:
+            receiver.terminate()
+            receiver.wait(timeout=30)
+            sb.delete_webhook(hook["id"])
+    assert {w for w, _ in _writers(db)[-2:]} == {"events", "documents"}

@@ -41,6 +41,7 @@ from pipelines.config import resolve_duckdb_path, resolve_warehouse
 from pipelines.dialect import DUCKDB, Dialect
 from pipelines.history import record_binding
 from pipelines.history.views import create_views as create_history_views
+from pipelines.publish.lock import FileWriterLock
 from pipelines.warehouse import WarehouseError, WarehouseMissing, reading, writing
 
 URGENCY_ORDER = (
@@ -453,18 +454,26 @@ def publish_risk(
     duckdb_path: str | Path | None,
     as_of: datetime | None = None,
     tariffs_path: str | Path | None = None,
+    *,
+    wait_seconds: float | None = None,
+    on_wait: Callable[[str], None] | None = None,
+    what: str = "risk publish",
 ) -> RiskSummary:
-    """Recompute the risk table at ``as_of`` (default now, UTC) and publish it with its views.
+    """Recompute the risk table at ``as_of`` (default now, UTC) and publish it with its views,
+    holding the warehouse's writer lock as ``what`` (it writes the warehouse like any writer;
+    ``wait_seconds`` and ``on_wait`` as in :class:`pipelines.publish.lock.WriterLock`).
 
     Raises ``TariffError`` (bad CSV, checked before opening the warehouse), ``WarehouseMissing``
-    (no file, or no ``terminal49.containers`` in it) or ``WarehouseLocked``.
+    (no file, or no ``terminal49.containers`` in it), ``WarehouseLocked`` or ``WriterBusy``.
     """
     # --- WAREHOUSE DISPATCH (issue 30): risk on PostgreSQL lives in pipelines/pg/risk.py ---
     warehouse = resolve_warehouse(duckdb_path)
     if warehouse.is_postgres:
         from pipelines.pg.risk import publish_risk as publish_risk_postgres
 
-        return publish_risk_postgres(warehouse, as_of, tariffs_path)
+        return publish_risk_postgres(
+            warehouse, as_of, tariffs_path, wait_seconds=wait_seconds, on_wait=on_wait, what=what
+        )
     # --- end of the warehouse dispatch ---
     started = time.perf_counter()
     tariffs = load_tariffs(tariffs_path)
@@ -473,7 +482,7 @@ def publish_risk(
     path = resolve_duckdb_path(duckdb_path)
     if not path.exists():
         raise WarehouseMissing(f"no warehouse at {path}: run `freetime load` first")
-    with writing(path) as con:
+    with FileWriterLock(path).hold(what, wait_seconds, on_wait), writing(path) as con:
         tables = _columns(con, T)
         if "containers" not in tables:
             raise WarehouseMissing(

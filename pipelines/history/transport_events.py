@@ -15,8 +15,10 @@ Contract of :func:`fetch_transport_events`:
   ``container.transport.*`` webhooks fill) by id, the newest fetch winning: an event the API
   has since invalidated keeps its row, with ``invalidated_at`` set; ``previous_version_id``
   links a corrected event to the one it replaces;
-- written by :func:`pipelines.write.write` as writer ``events``: one transaction, recorded in
-  ``terminal49.freetime_loads``, which is also how the next run knows where to start.
+- fetched without the writer lock, written by :func:`pipelines.write.write` as writer
+  ``events`` (the lock held only to publish): one transaction, recorded in
+  ``terminal49.freetime_loads`` with the instant its containers were selected, which is where
+  the next run starts.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import dlt
+import duckdb
 import pyarrow as pa
 from dlt.sources import DltResource
 
@@ -43,7 +46,7 @@ from pipelines.terminal49.settings import (
 from pipelines.warehouse import column_types, reading, table_names
 from pipelines.warehouse import quote as q
 from pipelines.webhooks.apply import WEBHOOK_TABLE_HINTS
-from pipelines.write import LOADS_TABLE, write, writer_lock
+from pipelines.write import LOADS_TABLE, write
 
 WRITER = "events"
 #: Requests the events step makes at most per run (one per container): at the API's 100
@@ -93,7 +96,8 @@ def containers_needing_events(path: Path, max_containers: int | None = None) -> 
         changed = con.execute(
             f"""
             WITH loads AS (SELECT load_id, published_at FROM {d}.{LOADS_TABLE}),
-            since AS (SELECT coalesce(max(published_at), TIMESTAMPTZ '1970-01-01')
+            since AS (SELECT coalesce(max(coalesce(scan_started_at, published_at)),
+                                      TIMESTAMPTZ '1970-01-01')
                       FROM {d}.{LOADS_TABLE} WHERE writer = '{WRITER}')
             SELECT h.entity_id, max(l.published_at) AS changed_at
             FROM {d}.{HISTORY_TABLE} h JOIN loads l USING (load_id)
@@ -159,29 +163,48 @@ def fetch_transport_events(
     ``max_containers``) and merge them into the warehouse; ``on_request(done, total)`` after
     each request. Raises Terminal49Error, LoadFailed, WarehouseLocked, WriterBusy."""
     summary = EventsSummary()
-    with writer_lock(path, "transport events fetch"):
-        needing = containers_needing_events(path)
-        ids = needing[:max_containers]
-        summary.containers = len(ids)
-        summary.deferred = len(needing) - len(ids)
-        resources: list[dict[str, Any]] = []
-        fetched_at = dt.datetime.now(dt.UTC)
-        for cid in ids:
-            summary.requests += 1
-            try:
-                doc = client.get_json(f"{settings.CONTAINERS_PATH}/{cid}/transport_events")
-            except ApiError as exc:
-                if exc.status == 404:
-                    summary.missing += 1
-                    continue
-                raise
-            finally:
-                if on_request is not None:
-                    on_request(summary.requests, len(ids))
-            resources += [r for r in doc.get("data") or [] if isinstance(r, dict)]
-        if not ids:
-            return summary
-        summary.events = len(resources)
-        # an empty batch is still written: it records the fetch, where the next one starts
-        write(WRITER, _events_source(events_table(resources, fetched_at)), path)
+    # the selection's instant: a milestone change published while this step fetches (it holds
+    # no lock until it publishes) is after it, so the next run still asks for that container
+    selected_at = dt.datetime.now(dt.UTC)
+    needing = containers_needing_events(path)
+    ids = needing[:max_containers]
+    summary.containers = len(ids)
+    summary.deferred = len(needing) - len(ids)
+    resources: list[dict[str, Any]] = []
+    fetched_at = dt.datetime.now(dt.UTC)
+    for cid in ids:
+        summary.requests += 1
+        try:
+            doc = client.get_json(f"{settings.CONTAINERS_PATH}/{cid}/transport_events")
+        except ApiError as exc:
+            if exc.status == 404:
+                summary.missing += 1
+                continue
+            raise
+        finally:
+            if on_request is not None:
+                on_request(summary.requests, len(ids))
+        resources += [r for r in doc.get("data") or [] if isinstance(r, dict)]
+    if not ids:
+        return summary
+    summary.events = len(resources)
+    # an empty batch is still written: it records the fetch, where the next one starts;
+    # the writer lock is taken for the publish only, by write()
+    write(
+        WRITER,
+        _events_source(events_table(resources, fetched_at)),
+        path,
+        finish=lambda con: _record_selection(con, selected_at),
+        what="transport events fetch",
+    )
     return summary
+
+
+def _record_selection(con: duckdb.DuckDBPyConnection, selected_at: dt.datetime) -> None:
+    """Record in the events loads being published when their containers were selected: the
+    next run asks for the changes published since then (:func:`containers_needing_events`)."""
+    con.execute(
+        f"UPDATE {q(DATASET)}.{LOADS_TABLE} SET scan_started_at = ? "
+        "WHERE writer = ? AND scan_started_at IS NULL",
+        [selected_at, WRITER],
+    )

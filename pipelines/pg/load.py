@@ -16,12 +16,11 @@ import httpx
 from psycopg2.extensions import cursor as Cursor
 
 from pipelines.config import DATASET, ApiSettings, ConfigError, Warehouse
+from pipelines.pg.budget import DatabaseBudget
 from pipelines.pg.connection import check_writable, connection
-from pipelines.pg.lock import writer_lock
 from pipelines.pg.publish import table_names
 from pipelines.pg.write import write
 from pipelines.terminal49 import settings as t49
-from pipelines.terminal49.client import Terminal49Client
 from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import quote
 from pipelines.write import LOADS_TABLE, incoming_dataset
@@ -51,6 +50,7 @@ def run_load(
         LoadSummary,
         fill_summary,
         plan_scan,
+        scan_client,
         scan_source,
         source_identity,
     )
@@ -66,29 +66,34 @@ def run_load(
         if on_page:
             on_page(s)
 
-    with writer_lock(warehouse, "load", wait_seconds, on_wait):
-        identity = source_identity(api.base_url)
-        check_source(warehouse, identity, SOURCE_TABLE)
-        last = None if full else last_load_started(warehouse)
-        scan, lists = plan_scan(last, include_shipments_list)
-        summary.kind, summary.window_from = scan.kind, scan.window_from
-        client = Terminal49Client.for_api(
-            api,
-            concurrency=concurrency,
-            transport=transport,
-            max_attempts=max_attempts,
-            backoff_base_s=backoff_base_s,
+    # scanned without the writers' lock, published under it (pipelines.pg.write)
+    identity = source_identity(api.base_url)
+    check_source(warehouse, identity, SOURCE_TABLE)
+    last = None if full else last_load_started(warehouse)
+    scan, lists = plan_scan(last, include_shipments_list)
+    summary.kind, summary.window_from = scan.kind, scan.window_from
+    client = scan_client(
+        api,
+        scan,
+        DatabaseBudget(warehouse),  # shared by the writers of every machine
+        concurrency=concurrency,
+        transport=transport,
+        max_attempts=max_attempts,
+        backoff_base_s=backoff_base_s,
+    )
+    try:
+        source = scan_source(client, lists, scan, track)
+        published = write(
+            "load",
+            source,
+            warehouse,
+            finish=lambda cur: record_source(cur, identity, SOURCE_TABLE),
+            what=f"{scan.kind} load",
+            wait_seconds=wait_seconds,
+            on_wait=on_wait,
         )
-        try:
-            source = scan_source(client, lists, scan, track)
-            published = write(
-                "load",
-                source,
-                warehouse,
-                finish=lambda cur: record_source(cur, identity, SOURCE_TABLE),
-            )
-        finally:
-            client.close()
+    finally:
+        client.close()
     fill_summary(summary, published, client, stats)
     summary.seconds = time.monotonic() - started
     return summary

@@ -73,6 +73,40 @@ def writer_lock(
             con.close()
 
 
+@contextlib.contextmanager
+def staging_slot(warehouse: Warehouse, writer: str) -> Iterator[str]:
+    """A staging slot of ``writer`` (:func:`pipelines.publish.staging.staging_slot`'s
+    contract) that no other process uses, on any machine: its incoming schema is in the
+    database, so the slot is an advisory lock of the database held by a session of its own
+    for the block (released by the server if the writer dies)."""
+    from pipelines.publish.staging import MAX_SLOTS
+
+    con = connect(warehouse, autocommit=True, application=f"freetime staging {writer}")
+    try:
+        with con.cursor() as cur:
+            for n in range(1, MAX_SLOTS + 1):
+                slot = writer if n == 1 else f"{writer}_{n}"
+                key = _key(f"freetime.slot.{slot}")
+                cur.execute("SELECT pg_try_advisory_lock(%s)", [key])
+                row = cur.fetchone()
+                if not (row and row[0]):
+                    continue
+                try:
+                    yield slot
+                finally:
+                    with contextlib.suppress(Exception):
+                        cur.execute("SELECT pg_advisory_unlock(%s)", [key])
+                return
+        raise RuntimeError(f"more than {MAX_SLOTS} {writer} writers of {warehouse.display}")
+    finally:
+        con.close()
+
+
+def _key(name: str) -> int:
+    """A 63-bit advisory lock key derived from ``name``."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") >> 1
+
+
 def _acquire(con: Connection, wait_seconds: float, on_wait: Callable[[str], None]) -> None:
     deadline = time.monotonic() + wait_seconds
     said = False

@@ -86,10 +86,10 @@ def _count(cur: Cursor, sql: str, params: Sequence[Any] = ()) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def pending_loads(cur: Cursor, writer: str) -> list[str]:
-    """Loads dlt completed in ``writer``'s incoming schema and not yet published, oldest
-    first."""
-    inc = incoming_dataset(writer)
+def pending_loads(cur: Cursor, slot: str) -> list[str]:
+    """Loads dlt completed in staging slot ``slot``'s incoming schema and not yet published,
+    oldest first."""
+    inc = incoming_dataset(slot)
     if "_dlt_loads" not in table_names(cur, inc):
         return []
     done = ""
@@ -102,21 +102,26 @@ def pending_loads(cur: Cursor, writer: str) -> list[str]:
 
 
 def publish(
-    con: Connection, writer: str, finish: Callable[[Cursor], None] | None = None
+    con: Connection,
+    writer: str,
+    finish: Callable[[Cursor], None] | None = None,
+    *,
+    slot: str | None = None,
 ) -> WriteSummary:
-    """Publish ``writer``'s pending loads into ``terminal49``, all in one transaction
-    (``finish`` runs inside it, last)."""
+    """Publish the pending loads of ``writer``'s staging ``slot`` (default: the slot named
+    ``writer``) into ``terminal49``, all in one transaction (``finish`` runs inside it, last)."""
     out = WriteSummary()
+    slot = slot or writer
     try:
         with con.cursor() as cur:
-            loads = pending_loads(cur, writer)
+            loads = pending_loads(cur, slot)
             if not loads:
                 con.rollback()
                 return out
             cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(DATASET)}")
             _ensure_loads_table(cur)
             for load_id in loads:
-                _publish_load(cur, writer, load_id, out)
+                _publish_load(cur, writer, slot, load_id, out)
                 out.load_ids.append(load_id)
             apply_comments(cur, DATASET)
             from pipelines.pg.views import refresh_views  # the views read the merged tables
@@ -138,8 +143,8 @@ def _ensure_loads_table(cur: Cursor) -> None:
     transaction.ensure_loads_table(cast(Any, cur))
 
 
-def _publish_load(cur: Cursor, writer: str, load_id: str, out: WriteSummary) -> None:
-    inc = incoming_dataset(writer)
+def _publish_load(cur: Cursor, writer: str, slot: str, load_id: str, out: WriteSummary) -> None:
+    inc = incoming_dataset(slot)
     present = table_names(cur, inc)
     scan = _scan_info(cur, inc, load_id) if SCAN_TABLE in present else None
     before = (sum(out.written.values()), sum(out.skipped.values()), sum(out.removed.values()))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,6 +48,7 @@ from pipelines.config import DATASET as T
 from pipelines.config import Warehouse
 from pipelines.history import BINDING_BASIS_FIELD, BINDING_FIELD
 from pipelines.pg.connection import dsn_with_password, masked
+from pipelines.pg.lock import writer_lock
 from pipelines.pg.publish import DUCKDB_NAMES, HISTORY, HISTORY_COLUMNS, ensure_history
 from pipelines.pg.reader import ensure_lookup_indexes
 from pipelines.pg.views import create_views, raise_alerts
@@ -110,15 +111,25 @@ def publish_risk(
     warehouse: Warehouse,
     as_of: datetime | None = None,
     tariffs_path: str | Path | None = None,
+    *,
+    wait_seconds: float | None = None,
+    on_wait: Callable[[str], None] | None = None,
+    what: str = "risk publish",
 ) -> RiskSummary:
     """Recompute the risk table at ``as_of`` (default now, UTC) and publish it in one
-    transaction. Raises ``TariffError``, ``WarehouseMissing`` (no ``terminal49.containers``),
-    ``WarehouseIncompatible`` or ``WarehouseUnusable``."""
+    transaction, holding the writers' advisory lock as ``what`` (see
+    :func:`pipelines.pg.lock.writer_lock` for ``wait_seconds`` and ``on_wait``). Raises
+    ``TariffError``, ``WarehouseMissing`` (no ``terminal49.containers``),
+    ``WarehouseIncompatible``, ``WarehouseUnusable`` or ``WriterBusy``."""
     started = time.perf_counter()
     tariffs = load_tariffs(tariffs_path)
     as_of = as_of or datetime.now(UTC)
     as_of = (as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)).astimezone(UTC)
-    with adbc_connection(warehouse) as con, con.cursor() as cur:
+    with (
+        writer_lock(warehouse, what, wait_seconds, on_wait),
+        adbc_connection(warehouse) as con,
+        con.cursor() as cur,
+    ):
         if "containers" not in _types(cur, T):
             raise WarehouseMissing(
                 f"the warehouse {warehouse.display} has no {T}.containers table: run "

@@ -42,9 +42,11 @@ import orjson
 from pipelines.config import DEFAULT_RATE_LIMIT_PER_MINUTE, DEFAULT_STALL_SECONDS, ApiSettings
 from pipelines.terminal49 import settings
 from pipelines.terminal49._ratelimit import (
+    BudgetStore,
     RollingWindowLimiter,
     SharedWindowLimiter,
     budget_file,
+    budget_key,
 )
 
 log = logging.getLogger("freetime.client")
@@ -223,12 +225,13 @@ class Terminal49Client:
         backoff_base_s: float = settings.BACKOFF_BASE_S,
         stall_seconds: float = DEFAULT_STALL_SECONDS,
         sleep: Callable[[float], None] | None = None,
-        budget: Path | None = None,
+        budget: Path | BudgetStore | None = None,
         yield_budget: bool = False,
     ) -> None:
         """``budget``: a folder where the key's request window is shared with the other
-        processes pacing there (:class:`~._ratelimit.SharedWindowLimiter`; None: this client
-        paces alone); ``yield_budget``: leave part of it to them (the full scan)."""
+        processes pacing there (:class:`~._ratelimit.SharedWindowLimiter`), or a
+        :class:`~._ratelimit.BudgetStore` shared by several machines (None: this client paces
+        alone); ``yield_budget``: leave part of it to them (the full scan)."""
         self.base_url = base_url.rstrip("/")
         self.stall_seconds = stall_seconds
         # a read timeout longer than the stall bound would let one request outwait it
@@ -242,20 +245,28 @@ class Terminal49Client:
         self._sleep = sleep or self._wait
         self.stats = ClientStats()
         limit = int(rate_limit_per_minute) if rate_limit_per_minute else None
-        self.limiter = (
-            SharedWindowLimiter(
+        window, margin = settings.RATE_WINDOW_S, settings.RATE_WINDOW_MARGIN_S
+        self.limiter: RollingWindowLimiter
+        if isinstance(budget, Path):
+            self.limiter = SharedWindowLimiter(
                 budget_file(budget, base_url, api_key),
                 limit,
-                settings.RATE_WINDOW_S,
-                settings.RATE_WINDOW_MARGIN_S,
+                window,
+                margin,
                 yielding=yield_budget,
                 sleep=self._sleep,
             )
-            if budget is not None
-            else RollingWindowLimiter(
-                limit, settings.RATE_WINDOW_S, settings.RATE_WINDOW_MARGIN_S, sleep=self._sleep
+        elif budget is not None:
+            self.limiter = budget.limiter(
+                budget_key(base_url, api_key),
+                limit,
+                window,
+                margin,
+                yielding=yield_budget,
+                sleep=self._sleep,
             )
-        )
+        else:
+            self.limiter = RollingWindowLimiter(limit, window, margin, sleep=self._sleep)
         self._http = httpx.Client(
             base_url=self.base_url,
             headers={
@@ -288,6 +299,7 @@ class Terminal49Client:
     def close(self) -> None:
         self.abort()
         self._http.close()
+        self.limiter.close()
 
     def abort(self) -> None:
         """Wake every thread waiting for the rate limit or a retry; they raise
