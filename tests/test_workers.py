@@ -1,0 +1,146 @@
+"""A deployment of prefect.yaml run by a real process worker against a real Prefect server, on
+a PostgreSQL warehouse (issue 30, docs/workers.md).
+
+The set-up is the guide's: ``prefect server start``, a work pool of type process named
+``freetime``, ``prefect deploy --all`` from this repository, ``prefect worker start --pool
+freetime`` on a machine whose ``FREETIME_WAREHOUSE`` names the PostgreSQL warehouse and whose
+``TERMINAL49_*`` settings name the API (here the sandbox). Every command is the real CLI in its
+own process; the Prefect server is this test's own, over a temporary ``PREFECT_HOME``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg2
+import pytest
+
+from sandbox.process import SandboxProcess
+from tests.pg import free_port
+
+pytestmark = [pytest.mark.prefect, pytest.mark.postgres]
+
+REPO = Path(__file__).resolve().parents[1]
+CONTAINERS = 40
+
+
+def _prefect_env(home: Path, api_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TERMINAL49_", "FREETIME_"))}
+    env.update(
+        PREFECT_HOME=str(home),
+        PREFECT_API_URL=api_url,
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_CLI_PROMPT="false",
+    )
+    return env
+
+
+def _prefect(env: dict[str, str], *args: str, timeout: float = 120) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "prefect", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, f"prefect {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+@pytest.fixture
+def prefect_server(tmp_path: Path) -> Iterator[str]:
+    """``prefect server start`` on a free loopback port (API only: no UI, no scheduler, so no
+    scheduled run of the hourly deployment interferes); its API URL."""
+    port = free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    env = _prefect_env(tmp_path / "server-home", api_url)
+    log = (tmp_path / "server.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1"]
+        + ["--port", str(port), "--no-services", "--no-ui", "--analytics-off"],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, (tmp_path / "server.log").read_text()
+            try:
+                if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+            time.sleep(0.3)
+        yield api_url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _count(url: str, table: str) -> int:
+    con = psycopg2.connect(url)
+    try:
+        with con.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM {table}")
+            row = cur.fetchone()
+            assert row is not None
+            return int(row[0])
+    finally:
+        con.close()
+
+
+def test_a_process_worker_runs_the_hourly_deployment_on_postgresql(
+    prefect_server: str, pg_database: str, tmp_path: Path
+) -> None:
+    api_url = prefect_server
+    env = _prefect_env(tmp_path / "home", api_url)
+    _prefect(env, "work-pool", "create", "freetime", "--type", "process")
+    out = _prefect(env, "deploy", "--all")
+    assert "sync/freetime-sync" in out and "sync/freetime-reconcile" in out, out
+    _prefect(env, "deployment", "run", "sync/freetime-sync")
+
+    with SandboxProcess(containers=CONTAINERS, seed=49, clock="2026-11-20T12:00:00Z") as sb:
+        # the worker's machine: the warehouse and the API are its settings, never parameters
+        worker_env = dict(
+            env,
+            FREETIME_WAREHOUSE=pg_database,
+            FREETIME_WORKDIR=str(tmp_path / "work"),
+            TERMINAL49_BASE_URL=sb.base_url,
+            TERMINAL49_API_KEY=sb.api_key,
+            TERMINAL49_RATE_LIMIT="100000",
+        )
+        _prefect(worker_env, "worker", "start", "--pool", "freetime", "--run-once", timeout=180)
+
+    runs = httpx.post(f"{api_url}/flow_runs/filter", json={}, timeout=30).json()
+    assert [r["state_type"] for r in runs] == ["COMPLETED"], runs
+    run = runs[0]
+    # the URL given to the worker keeps its password out of the run's parameters
+    assert run["parameters"] == {}
+    logs = httpx.post(
+        f"{api_url}/logs/filter", json={"logs": {"flow_run_id": {"any_": [run["id"]]}}}, timeout=30
+    ).json()
+    text = "\n".join(log["message"] for log in logs)
+    assert "webhooks: skipped on PostgreSQL" in text, text
+    assert "postgresql://postgres:***@127.0.0.1" in text, text
+    password = pg_database.split(":")[2].split("@")[0]
+    assert password not in text
+
+    # the warehouse on PostgreSQL holds the account and its risk
+    assert _count(pg_database, "terminal49.containers") == CONTAINERS
+    assert _count(pg_database, "analytics.demurrage_risk") == CONTAINERS
+    assert _count(pg_database, "terminal49.freetime_loads") == 1
