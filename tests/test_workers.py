@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -54,34 +55,45 @@ def _prefect(env: dict[str, str], *args: str, timeout: float = 120) -> str:
     return done.stdout + done.stderr
 
 
-@pytest.fixture
-def prefect_server(tmp_path: Path) -> Iterator[str]:
-    """``prefect server start`` on a free loopback port (API only: no UI, no scheduler, so no
-    scheduled run of the hourly deployment interferes); its API URL."""
-    port = free_port()
-    api_url = f"http://127.0.0.1:{port}/api"
-    env = _prefect_env(tmp_path / "server-home", api_url)
-    log = (tmp_path / "server.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1"]
-        + ["--port", str(port), "--no-services", "--no-ui", "--analytics-off"],
-        cwd=tmp_path,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 90
+@dataclass
+class PrefectServer:
+    """A ``prefect server start`` process and its API URL; :meth:`ready` waits for it."""
+
+    proc: subprocess.Popen[bytes]
+    api_url: str
+    log: Path
+
+    def ready(self, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
         while True:
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()
+            assert self.proc.poll() is None, self.log.read_text()
             try:
-                if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
-                    break
+                if httpx.get(f"{self.api_url}/health", timeout=2).status_code == 200:
+                    return self.api_url
             except httpx.TransportError:
                 pass
-            assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()
-            time.sleep(0.3)
-        yield api_url
+            assert time.monotonic() < deadline, self.log.read_text()
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def prefect_server(tmp_path: Path) -> Iterator[PrefectServer]:
+    """``prefect server start`` on a free loopback port (API only: no UI, no scheduler, so no
+    scheduled run of the deployments interferes), started here and not waited for: the
+    PostgreSQL database and the sandbox start meanwhile."""
+    port = free_port()
+    log = tmp_path / "server.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1"]
+            + ["--port", str(port), "--no-services", "--no-ui", "--analytics-off"],
+            cwd=tmp_path,
+            env=_prefect_env(tmp_path / "server-home", f"http://127.0.0.1:{port}/api"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield PrefectServer(proc, f"http://127.0.0.1:{port}/api", log)
     finally:
         proc.terminate()
         try:
@@ -89,7 +101,6 @@ def prefect_server(tmp_path: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        log.close()
 
 
 def _count(url: str, table: str) -> int:
@@ -105,16 +116,25 @@ def _count(url: str, table: str) -> int:
 
 
 def test_a_process_worker_runs_the_hourly_deployment_on_postgresql(
-    prefect_server: str, pg_database: str, tmp_path: Path
+    prefect_server: PrefectServer, pg_database: str, tmp_path: Path
 ) -> None:
-    api_url = prefect_server
-    env = _prefect_env(tmp_path / "home", api_url)
-    _prefect(env, "work-pool", "create", "freetime", "--type", "process")
-    out = _prefect(env, "deploy", "--all")
-    assert "sync/freetime-sync" in out and "sync/freetime-reconcile" in out, out
-    _prefect(env, "deployment", "run", "sync/freetime-sync")
+    from prefect.workers.process import ProcessWorker
 
     with SandboxProcess(containers=CONTAINERS, seed=49, clock="2026-11-20T12:00:00Z") as sb:
+        api_url = prefect_server.ready()
+        api = httpx.Client(base_url=api_url, timeout=30)
+        # `prefect work-pool create freetime --type process`, by the API (a CLI start less)
+        template = ProcessWorker.get_default_base_job_template()
+        pool = {"name": "freetime", "type": "process", "base_job_template": template}
+        api.post("/work_pools/", json=pool).raise_for_status()
+        env = _prefect_env(tmp_path / "home", api_url)
+        out = _prefect(env, "deploy", "--all")
+        assert "sync/freetime-sync" in out and "sync/freetime-reconcile" in out, out
+        # `prefect deployment run sync/freetime-sync`, by the API
+        deployment = api.get("/deployments/name/sync/freetime-sync").json()
+        assert deployment["work_pool_name"] == "freetime"
+        run_id = api.post(f"/deployments/{deployment['id']}/create_flow_run", json={}).json()["id"]
+
         # the worker's machine: the warehouse and the API are its settings, never parameters
         worker_env = dict(
             env,
@@ -126,14 +146,11 @@ def test_a_process_worker_runs_the_hourly_deployment_on_postgresql(
         )
         _prefect(worker_env, "worker", "start", "--pool", "freetime", "--run-once", timeout=180)
 
-    runs = httpx.post(f"{api_url}/flow_runs/filter", json={}, timeout=30).json()
-    assert [r["state_type"] for r in runs] == ["COMPLETED"], runs
-    run = runs[0]
+    run = api.get(f"/flow_runs/{run_id}").json()
+    assert run["state_type"] == "COMPLETED", run
     # the URL given to the worker keeps its password out of the run's parameters
     assert run["parameters"] == {}
-    logs = httpx.post(
-        f"{api_url}/logs/filter", json={"logs": {"flow_run_id": {"any_": [run["id"]]}}}, timeout=30
-    ).json()
+    logs = api.post("/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}}).json()
     text = "\n".join(log["message"] for log in logs)
     assert "webhooks: skipped on PostgreSQL" in text, text
     assert "postgresql://postgres:***@127.0.0.1" in text, text
