@@ -195,6 +195,11 @@ def generated_warehouses(n: int, duck: Path, pg_url: str) -> dict[str, float]:
     return {"duckdb_s": round(duck_s, 2), "postgres_s": round(time.perf_counter() - t, 2)}
 
 
+def _show(result: dict[str, Any], key: str) -> None:
+    """Each figure on stderr as soon as it is measured (a long run shows its progress)."""
+    print(json.dumps({key: result[key], "load_average": _load_average()}), file=sys.stderr)
+
+
 def _load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -226,11 +231,13 @@ def main() -> None:
             "peak_rss_mb": {"duckdb": round(d["peak_rss_mb"]), "postgres": round(p["peak_rss_mb"])},
             "requests": p["requests"],
         }
+        _show(result, "full_load")
         d_risk, p_risk = risk(duck, env), risk(pg, env)
         result["risk_100k"] = {
             "duckdb_s": round(d_risk["seconds"], 2),
             "postgres_s": round(p_risk["seconds"], 2),
         }
+        _show(result, "risk_100k")
         moved = sb.advance(hours=1)
         d, p = load(sb, duck, env, full=False), load(sb, pg, env, full=False)
         result["incremental_load"] = {
@@ -240,6 +247,7 @@ def main() -> None:
             "ratio": round(p["seconds"] / d["seconds"], 2),
             "requests": p["requests"],
         }
+        _show(result, "incremental_load")
 
         with psycopg2.connect(pg) as con, con.cursor() as cur:
             cur.execute("SELECT number, id FROM terminal49.containers")
@@ -262,6 +270,7 @@ def main() -> None:
             "risk_run_s": round(risk_s, 2),
             **readers.summary(),
         }
+        _show(result, "readers")
 
         duck_1m = str(Path(tmp) / "risk.duckdb")
         pg_1m = server.url(server.create_database())
