@@ -14,6 +14,7 @@ import datetime as dt
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from flows.ported import skipped
 from pipelines.alerts import AlertConfigError, SendSummary, send_digests, send_pending
 from pipelines.config import resolve_duckdb_path
 from pipelines.warehouse import WarehouseError
@@ -26,6 +27,8 @@ SEND_BUDGET_SECONDS = 120.0
 def send_alerts(duckdb_path: str, budget_seconds: float = SEND_BUDGET_SECONDS) -> SendSummary:
     """Deliver the outbox's pending alerts (those the risk publish just raised included)."""
     logger = get_run_logger()
+    if skipped("alerts", duckdb_path):
+        return SendSummary()
     try:
         summary = send_pending(duckdb_path, budget_seconds=budget_seconds)
     except (AlertConfigError, WarehouseError) as exc:
@@ -41,6 +44,8 @@ def digest(duckdb_path: str | None = None, as_of: dt.datetime | None = None) -> 
     """Send the morning digest of every destination whose local digest time has come today
     (each destination once per local day); return one line per destination served."""
     logger = get_run_logger()
+    if skipped("digest", duckdb_path):
+        return []
     path = str(resolve_duckdb_path(duckdb_path))
     try:
         results = send_digests(path, now=as_of)

@@ -132,7 +132,7 @@ class SummaryInput:
 
     flow: str
     as_of: dt.datetime
-    duckdb_path: Path
+    duckdb_path: Path | str  # str: a PostgreSQL URL, its password masked
     levels: dict[str, int]
     rows: int
     accrued_demurrage: float
@@ -251,7 +251,8 @@ def summary_markdown(s: SummaryInput) -> str:
                 ),
             ),
         ]
-    lines += ["", *report_link_section(s.duckdb_path), ""]
+    if isinstance(s.duckdb_path, Path):  # no HTML report of a PostgreSQL warehouse yet
+        lines += ["", *report_link_section(s.duckdb_path), ""]
     return "\n".join(lines)
 
 

@@ -2,8 +2,11 @@
 and ``risk`` (risk only, from what the warehouse holds).
 
 Both flows:
-- take the warehouse path as a parameter, defaulting (``None``) to the project's configuration
-  on the machine that runs them (env ``FREETIME_DUCKDB``, dlt config, ``data/freetime.duckdb``);
+- take the warehouse as a parameter (``duckdb_path``: a DuckDB path or a ``postgresql://``
+  URL), defaulting (``None``) to the project's configuration on the machine that runs them (env
+  ``FREETIME_WAREHOUSE``, then ``FREETIME_DUCKDB``, then ``data/freetime.duckdb``); on
+  PostgreSQL the steps that do not run there yet are skipped with one log line
+  (:mod:`flows.ported`), so a deployment run by a worker works on either;
   ``sync`` also takes the API settings (base URL, rate limit), resolved the same way. The API
   key is never a parameter: the load resolves it itself;
 - write the warehouse through its writer lock, held only while each step publishes (see
@@ -41,7 +44,7 @@ from flows.tasks import (
     write_html_report,
 )
 from pipelines.analytics import RiskSummary
-from pipelines.config import resolve_duckdb_path
+from pipelines.config import resolve_warehouse
 from pipelines.history.transport_events import REQUEST_BUDGET, EventsSummary
 
 
@@ -163,7 +166,7 @@ def risk(
     it; no API call."""
     body_started = time.perf_counter()
     timings: dict[str, float] = {}
-    path = str(resolve_duckdb_path(duckdb_path))
+    path = resolve_warehouse(duckdb_path).display  # a URL: its password masked
     with _timed(timings, "risk"):
         summary = compute_risk(path, as_of, tariffs_path)
     with _timed(timings, "publish"):

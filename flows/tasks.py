@@ -30,6 +30,7 @@ from flows.artifacts import (
     at_risk_rows,
     summary_markdown,
 )
+from flows.ported import skipped
 from pipelines import progress
 from pipelines.analytics import (
     LEVELS,
@@ -45,6 +46,7 @@ from pipelines.config import (
     ApiSettings,
     ConfigError,
     resolve_duckdb_path,
+    resolve_warehouse,
     working_folder,
 )
 from pipelines.history.transport_events import EventsSummary, fetch_transport_events
@@ -144,10 +146,23 @@ class LoadOutcome:
 
 @task(name="check-warehouse", cache_policy=NO_CACHE, persist_result=False)
 def check_warehouse(duckdb_path: str | None) -> str:
-    """Before any API call: the path can be a warehouse (a folder or another kind of file is one
-    line), and no process keeps it open for writing (a notebook's write connection) for longer
-    than ``LOCK_RETRY_SECONDS``: then ``WarehouseLocked``, reported plainly. A read-only look:
-    one writer at a time is the writer lock's job, not this task's."""
+    """Before any API call: the warehouse chosen (``duckdb_path``: a DuckDB path or a
+    ``postgresql://`` URL, default ``FREETIME_WAREHOUSE``) can be written; returns the form the
+    other tasks take (a URL with its password masked, completed again from
+    ``FREETIME_WAREHOUSE`` where needed).
+
+    DuckDB: the path can be a warehouse (a folder or another kind of file is one line), and no
+    process keeps it open for writing (a notebook's write connection) for longer than
+    ``LOCK_RETRY_SECONDS``: then ``WarehouseLocked``, reported plainly. PostgreSQL: the server
+    answers and the role may write the schemas of the load, else ``WarehouseUnusable``. A look
+    only: one writer at a time is the writer lock's job, not this task's."""
+    warehouse = resolve_warehouse(duckdb_path)
+    if warehouse.is_postgres:
+        from pipelines.pg.connection import check_writable
+        from pipelines.write import incoming_dataset
+
+        check_writable(warehouse, (DATASET, incoming_dataset("load")))
+        return warehouse.display
     path = resolve_duckdb_path(duckdb_path)
     if path.exists():
         with reading(path, retry_seconds=LOCK_RETRY_SECONDS):
@@ -221,6 +236,8 @@ def apply_webhooks(
     warehouse. With ``reconcile`` (the nightly flow) notifications the receiver missed are
     pulled first.
     """
+    if skipped("webhooks", duckdb_path):
+        return WebhooksOutcome()
     inbox = default_inbox_path(duckdb_path)
     if not inbox.exists():
         return WebhooksOutcome()
@@ -253,6 +270,8 @@ def fetch_events(
     """The transport events of the containers whose milestones changed, or at risk
     (:func:`pipelines.history.transport_events.fetch_transport_events`: at most
     ``REQUEST_BUDGET`` requests a run, within the rate limit), with progress as it waits."""
+    if skipped("events", duckdb_path):
+        return EventsSummary()
     api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit_per_minute)
 
     def step(done: int, total: int) -> None:
@@ -297,8 +316,11 @@ def compute_risk(
 
 
 @task(name="write-report", cache_policy=NO_CACHE, persist_result=False)
-def write_html_report(duckdb_path: str) -> str:
-    """The self-contained HTML report beside the warehouse (the markdown artifact links it)."""
+def write_html_report(duckdb_path: str) -> str | None:
+    """The self-contained HTML report beside the warehouse (the markdown artifact links it);
+    None where it is skipped (:mod:`flows.ported`)."""
+    if skipped("report", duckdb_path):
+        return None
     path = Path(duckdb_path)
     return str(write_report(path, path.parent / REPORT_NAME))
 
@@ -318,7 +340,10 @@ class Published:
 @task(name="reconcile-counts", cache_policy=NO_CACHE, persist_result=False)
 def reconcile_counts(duckdb_path: str, load: LoadOutcome) -> list[Reconciliation]:
     """The warehouse's row counts of the reconciled lists against the API's totals (after a
-    full scan, which removed what the API no longer lists: the counts should match)."""
+    full scan, which removed what the API no longer lists: the counts should match); none
+    where it is skipped (:mod:`flows.ported`)."""
+    if skipped("reconciliation", duckdb_path):
+        return []
     counts = row_counts(
         duckdb_path, DATASET, list(RECONCILED_TABLES.values()), retry_seconds=LOCK_RETRY_SECONDS
     )
@@ -347,22 +372,25 @@ def publish_artifacts(
     counts per level, exposure by terminal, changes since the previous risk run, the steps
     run so far with their seconds and API requests and, when given, the ``reconciliation``
     (warehouse row counts against the API's totals)."""
-    path = resolve_duckdb_path(duckdb_path)
-    current = at_risk(path, levels=LEVELS)  # every published row: the changes need them all
-    rows = at_risk_rows(at_risk(path).to_dicts())
-    previous = read_table(
-        path, ANALYTICS_SCHEMA, "demurrage_risk_previous", retry_seconds=LOCK_RETRY_SECONDS
-    )
-    changes = risk_changes(previous, current) if previous is not None else None
-    exposure = read_table(
-        path, ANALYTICS_SCHEMA, "exposure_by_terminal", retry_seconds=LOCK_RETRY_SECONDS
-    )
+    warehouse = resolve_warehouse(duckdb_path)
+    rows = at_risk_rows(at_risk(duckdb_path).to_dicts())
+    changes, exposure = None, None
+    if not skipped("changes", warehouse):
+        path = resolve_duckdb_path(duckdb_path)
+        current = at_risk(path, levels=LEVELS)  # every published row: the changes need them all
+        previous = read_table(
+            path, ANALYTICS_SCHEMA, "demurrage_risk_previous", retry_seconds=LOCK_RETRY_SECONDS
+        )
+        changes = risk_changes(previous, current) if previous is not None else None
+        exposure = read_table(
+            path, ANALYTICS_SCHEMA, "exposure_by_terminal", retry_seconds=LOCK_RETRY_SECONDS
+        )
     recon = list(reconciliation or [])
     markdown = summary_markdown(
         SummaryInput(
             flow=flow_name,
             as_of=risk.as_of,
-            duckdb_path=path,
+            duckdb_path=warehouse.path or warehouse.display,
             levels=dict(risk.levels),
             rows=risk.rows,
             accrued_demurrage=risk.accrued_demurrage,

@@ -1,0 +1,41 @@
+"""Which steps of the flows run on a PostgreSQL warehouse (issue 30): the one place to say so.
+
+A flow resolves its warehouse once (a DuckDB path or a ``postgresql://`` URL: the flow's
+parameter, else ``FREETIME_WAREHOUSE`` on the machine that runs it) and
+hands the tasks its printable form: a URL with ``***`` for its password, which
+:func:`pipelines.config.resolve_warehouse` completes from ``FREETIME_WAREHOUSE`` (so the
+password never enters a task's parameters, a log line or an artifact).
+
+On PostgreSQL the load and risk steps run; a step whose pipeline does not run there yet is
+skipped with one log line (:func:`skipped`) rather than failing the run. Remove a step from
+:data:`NOT_ON_POSTGRES` once its pipeline runs on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from prefect import get_run_logger
+
+from pipelines.config import Warehouse, resolve_warehouse
+
+#: step -> what is not done on a PostgreSQL warehouse yet (the log line's reason)
+NOT_ON_POSTGRES: dict[str, str] = {
+    "webhooks": "the webhook inbox is applied to DuckDB warehouses only for now",
+    "events": "transport events are fetched into DuckDB warehouses only for now",
+    "report": "the HTML report reads DuckDB warehouses only for now",
+    "reconciliation": "the reconciliation's row counts read DuckDB warehouses only for now",
+    "changes": (
+        "the summary's changes since the previous run and exposure by terminal read DuckDB "
+        "warehouses only for now"
+    ),
+    "alerts": "alerts are raised and sent from DuckDB warehouses only for now",
+    "digest": "the digest reads the alerts of DuckDB warehouses only for now",
+}
+
+
+def skipped(step: str, warehouse: str | Warehouse | None) -> bool:
+    """Whether ``step`` is skipped on ``warehouse`` (then one info line says so and why)."""
+    reason = NOT_ON_POSTGRES.get(step)
+    if reason is None or not resolve_warehouse(warehouse).is_postgres:
+        return False
+    get_run_logger().info("%s: skipped on PostgreSQL (%s)", step, reason)
+    return True

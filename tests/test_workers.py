@@ -1,0 +1,163 @@
+"""A deployment of prefect.yaml run by a real process worker against a real Prefect server, on
+a PostgreSQL warehouse (issue 30, docs/workers.md).
+
+The set-up is the guide's: ``prefect server start``, a work pool of type process named
+``freetime``, ``prefect deploy --all`` from this repository, ``prefect worker start --pool
+freetime`` on a machine whose ``FREETIME_WAREHOUSE`` names the PostgreSQL warehouse and whose
+``TERMINAL49_*`` settings name the API (here the sandbox). Every command is the real CLI in its
+own process; the Prefect server is this test's own, over a temporary ``PREFECT_HOME``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psycopg2
+import pytest
+
+from sandbox.process import SandboxProcess
+from tests.pg import free_port
+
+pytestmark = [pytest.mark.prefect, pytest.mark.postgres]
+
+REPO = Path(__file__).resolve().parents[1]
+CONTAINERS = 40
+
+
+def _prefect_env(home: Path, api_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TERMINAL49_", "FREETIME_"))}
+    env.update(
+        PREFECT_HOME=str(home),
+        PREFECT_API_URL=api_url,
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_CLI_PROMPT="false",
+    )
+    return env
+
+
+def _prefect(env: dict[str, str], *args: str, timeout: float = 120) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "prefect", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, f"prefect {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+@dataclass
+class PrefectServer:
+    """A ``prefect server start`` process and its API URL; :meth:`ready` waits for it."""
+
+    proc: subprocess.Popen[bytes]
+    api_url: str
+    log: Path
+
+    def ready(self, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(f"{self.api_url}/health", timeout=2).status_code == 200:
+                    return self.api_url
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, self.log.read_text()
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def prefect_server(tmp_path: Path) -> Iterator[PrefectServer]:
+    """``prefect server start`` on a free loopback port (API only: no UI, no scheduler, so no
+    scheduled run of the deployments interferes), started here and not waited for: the
+    PostgreSQL database and the sandbox start meanwhile."""
+    port = free_port()
+    log = tmp_path / "server.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1"]
+            + ["--port", str(port), "--no-services", "--no-ui", "--analytics-off"],
+            cwd=tmp_path,
+            env=_prefect_env(tmp_path / "server-home", f"http://127.0.0.1:{port}/api"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield PrefectServer(proc, f"http://127.0.0.1:{port}/api", log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _count(url: str, table: str) -> int:
+    con = psycopg2.connect(url)
+    try:
+        with con.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM {table}")
+            row = cur.fetchone()
+            assert row is not None
+            return int(row[0])
+    finally:
+        con.close()
+
+
+def test_a_process_worker_runs_the_hourly_deployment_on_postgresql(
+    prefect_server: PrefectServer, pg_database: str, tmp_path: Path
+) -> None:
+    from prefect.workers.process import ProcessWorker
+
+    with SandboxProcess(containers=CONTAINERS, seed=49, clock="2026-11-20T12:00:00Z") as sb:
+        api_url = prefect_server.ready()
+        api = httpx.Client(base_url=api_url, timeout=30)
+        # `prefect work-pool create freetime --type process`, by the API (a CLI start less)
+        template = ProcessWorker.get_default_base_job_template()
+        pool = {"name": "freetime", "type": "process", "base_job_template": template}
+        api.post("/work_pools/", json=pool).raise_for_status()
+        env = _prefect_env(tmp_path / "home", api_url)
+        out = _prefect(env, "deploy", "--all")
+        assert "sync/freetime-sync" in out and "sync/freetime-reconcile" in out, out
+        # `prefect deployment run sync/freetime-sync`, by the API
+        deployment = api.get("/deployments/name/sync/freetime-sync").json()
+        assert deployment["work_pool_name"] == "freetime"
+        run_id = api.post(f"/deployments/{deployment['id']}/create_flow_run", json={}).json()["id"]
+
+        # the worker's machine: the warehouse and the API are its settings, never parameters
+        worker_env = dict(
+            env,
+            FREETIME_WAREHOUSE=pg_database,
+            FREETIME_WORKDIR=str(tmp_path / "work"),
+            TERMINAL49_BASE_URL=sb.base_url,
+            TERMINAL49_API_KEY=sb.api_key,
+            TERMINAL49_RATE_LIMIT="100000",
+        )
+        _prefect(worker_env, "worker", "start", "--pool", "freetime", "--run-once", timeout=180)
+
+    run = api.get(f"/flow_runs/{run_id}").json()
+    assert run["state_type"] == "COMPLETED", run
+    # the URL given to the worker keeps its password out of the run's parameters
+    assert run["parameters"] == {}
+    logs = api.post("/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}}).json()
+    text = "\n".join(log["message"] for log in logs)
+    assert "webhooks: skipped on PostgreSQL" in text, text
+    assert "postgresql://postgres:***@127.0.0.1" in text, text
+    password = pg_database.split(":")[2].split("@")[0]
+    assert password not in text
+
+    # the warehouse on PostgreSQL holds the account and its risk
+    assert _count(pg_database, "terminal49.containers") == CONTAINERS
+    assert _count(pg_database, "analytics.demurrage_risk") == CONTAINERS
+    assert _count(pg_database, "terminal49.freetime_loads") == 1
