@@ -19,9 +19,7 @@ from pipelines.config import Warehouse, resolve_warehouse
 
 #: step -> what is not done on a PostgreSQL warehouse yet (the log line's reason)
 NOT_ON_POSTGRES: dict[str, str] = {
-    "webhooks": "the webhook inbox is applied to DuckDB warehouses only for now",
     "events": "transport events are fetched into DuckDB warehouses only for now",
-    "report": "the HTML report reads DuckDB warehouses only for now",
     "reconciliation": "the reconciliation's row counts read DuckDB warehouses only for now",
     "changes": (
         "the summary's changes since the previous run and exposure by terminal read DuckDB "

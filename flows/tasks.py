@@ -52,7 +52,7 @@ from pipelines.config import (
 from pipelines.history.transport_events import EventsSummary, fetch_transport_events
 from pipelines.invoices.audit import AuditSummary, run_audit
 from pipelines.invoices.store import pending_audit
-from pipelines.load import LoadFailed, LoadSummary, run_load
+from pipelines.load import LoadFailed, LoadSummary, key_budget, run_load
 from pipelines.report import write_report
 from pipelines.terminal49.client import ApiError, ApiStalled, AuthError, Terminal49Client
 from pipelines.terminal49.scan import ScanStats
@@ -236,18 +236,15 @@ def apply_webhooks(
     warehouse. With ``reconcile`` (the nightly flow) notifications the receiver missed are
     pulled first.
     """
-    if skipped("webhooks", duckdb_path):
-        return WebhooksOutcome()
-    inbox = default_inbox_path(duckdb_path)
+    warehouse = resolve_warehouse(duckdb_path)
+    inbox = default_inbox_path(warehouse)
     if not inbox.exists():
         return WebhooksOutcome()
     api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit_per_minute)
-    budget = working_folder(Path(duckdb_path))  # the key's budget, shared with the other writers
+    budget = key_budget(warehouse)  # the key's budget, shared with the other writers
     client = Terminal49Client.for_api(api, budget=budget) if api.api_key else None
     try:
-        summary = apply_inbox(
-            duckdb_path, inbox, client, reconcile=reconcile and client is not None
-        )
+        summary = apply_inbox(warehouse, inbox, client, reconcile=reconcile and client is not None)
     finally:
         if client is not None:
             client.close()
@@ -319,10 +316,9 @@ def compute_risk(
 def write_html_report(duckdb_path: str) -> str | None:
     """The self-contained HTML report beside the warehouse (the markdown artifact links it);
     None where it is skipped (:mod:`flows.ported`)."""
-    if skipped("report", duckdb_path):
-        return None
-    path = Path(duckdb_path)
-    return str(write_report(path, path.parent / REPORT_NAME))
+    warehouse = resolve_warehouse(duckdb_path)
+    folder = warehouse.path.parent if warehouse.path else warehouse.working_folder()
+    return str(write_report(warehouse.path or duckdb_path, folder / REPORT_NAME))
 
 
 @dataclass

@@ -201,6 +201,17 @@ def plan_scan(
     return scan, lists
 
 
+def key_budget(warehouse: Warehouse) -> Path | BudgetStore:
+    """Where the API key's budget is kept for the writers of ``warehouse``: the database of a
+    PostgreSQL warehouse (shared by every machine), else the DuckDB file's working folder."""
+    if warehouse.is_postgres:
+        from pipelines.pg.budget import DatabaseBudget
+
+        return DatabaseBudget(warehouse)
+    assert warehouse.path is not None
+    return working_folder(warehouse.path)
+
+
 def scan_client(
     api: ApiSettings, scan: ScanInfo, budget: Path | BudgetStore, **options: Any
 ) -> Terminal49Client:

@@ -152,7 +152,7 @@ def test_a_process_worker_runs_the_hourly_deployment_on_postgresql(
     assert run["parameters"] == {}
     logs = api.post("/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}}).json()
     text = "\n".join(log["message"] for log in logs)
-    assert "webhooks: skipped on PostgreSQL" in text, text
+    assert "events: skipped on PostgreSQL" in text, text
     assert "postgresql://postgres:***@127.0.0.1" in text, text
     password = pg_database.split(":")[2].split("@")[0]
     assert password not in text

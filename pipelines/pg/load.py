@@ -16,7 +16,6 @@ import httpx
 from psycopg2.extensions import cursor as Cursor
 
 from pipelines.config import DATASET, ApiSettings, ConfigError, Warehouse
-from pipelines.pg.budget import DatabaseBudget
 from pipelines.pg.connection import check_writable, connection
 from pipelines.pg.publish import table_names
 from pipelines.pg.write import write
@@ -49,6 +48,7 @@ def run_load(
         SOURCE_TABLE,
         LoadSummary,
         fill_summary,
+        key_budget,
         plan_scan,
         scan_client,
         scan_source,
@@ -75,7 +75,7 @@ def run_load(
     client = scan_client(
         api,
         scan,
-        DatabaseBudget(warehouse),  # shared by the writers of every machine
+        key_budget(warehouse),  # shared by the writers of every machine
         concurrency=concurrency,
         transport=transport,
         max_attempts=max_attempts,
