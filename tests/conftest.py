@@ -1,7 +1,9 @@
 """Shared fixtures. Vendor reference data the tests use is copied into ``tests/fixtures``.
 
 Test tiers (markers, registered in pyproject.toml). ``uv run pytest -m fast`` is the quick loop
-(under a minute); ``python3 quickstart.py test`` runs everything, tiers included.
+(under a minute); ``python3 quickstart.py test`` runs everything, tiers included. Both run on
+pytest-xdist workers (``-n auto --dist loadgroup`` in pyproject; ``-n 0`` for one process): see
+:func:`pytest_xdist_auto_num_workers` and :func:`_xdist_group`.
 
 - ``fast``: pure logic. No server process, no subprocess, no Prefect; an in-process
   ``loopback`` server, a DuckDB file under ``tmp_path`` and an in-process dlt load are fine.
@@ -157,8 +159,13 @@ WORKERS = 4
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: env ``PYTEST_XDIST_AUTO_NUM_WORKERS`` if set, else :data:`WORKERS`."""
-    return int(os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or WORKERS)
+    """``-n auto``: env ``PYTEST_XDIST_AUTO_NUM_WORKERS`` if set; one per core for ``-m fast``
+    (pure computation: a worker per core is all it can use); else :data:`WORKERS`."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    if config.getoption("markexpr", "") == "fast":
+        return os.cpu_count() or 1
+    return WORKERS
 
 
 #: Fixture scopes shared by the tests of one module (or class): such tests run on one worker.
