@@ -1,7 +1,9 @@
 """Shared fixtures. Vendor reference data the tests use is copied into ``tests/fixtures``.
 
 Test tiers (markers, registered in pyproject.toml). ``uv run pytest -m fast`` is the quick loop
-(under a minute); ``python3 quickstart.py test`` runs everything, tiers included.
+(under a minute); ``python3 quickstart.py test`` runs everything, tiers included. Both run on
+pytest-xdist workers (``-n auto --dist loadgroup`` in pyproject; ``-n 0`` for one process): see
+:func:`pytest_xdist_auto_num_workers` and :func:`_xdist_group`.
 
 - ``fast``: pure logic. No server process, no subprocess, no Prefect; an in-process
   ``loopback`` server, a DuckDB file under ``tmp_path`` and an in-process dlt load are fine.
@@ -150,9 +152,48 @@ def pytest_configure(config: pytest.Config) -> None:
         sys.addaudithook(_STARTS.audit)
 
 
+#: xdist workers for ``-n auto`` (pyproject's addopts): most slow tests wait on a sandbox's
+#: pace, a subprocess or a server starting, so twice the cores of a 2-core machine still gains.
+WORKERS = 4
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: env ``PYTEST_XDIST_AUTO_NUM_WORKERS`` if set; one per core for ``-m fast``
+    (pure computation: a worker per core is all it can use); else :data:`WORKERS`."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    if config.getoption("markexpr", "") == "fast":
+        return os.cpu_count() or 1
+    return WORKERS
+
+
+#: Fixture scopes shared by the tests of one module (or class): such tests run on one worker.
+SHARED_SCOPES = frozenset({"module", "class", "package"})
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The module's path when ``item`` uses a module- (or class-) scoped fixture, else None.
+
+    Under ``--dist loadgroup`` (``quickstart.py test``) the tests of such a module run on one
+    worker and share the fixture's one instance (a sandbox, a loaded warehouse); every other
+    test goes to whichever worker is free. Session fixtures are built once per worker.
+    """
+    info = getattr(item, "_fixtureinfo", None)
+    defs = getattr(info, "name2fixturedefs", {})
+    if any(d.scope in SHARED_SCOPES for ds in defs.values() for d in ds):
+        return item.nodeid.split("::")[0]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook in each worker)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark tests by the server fixtures they use; a fast test in a slow tier is an error."""
+    """Mark tests by the server fixtures they use; a fast test in a slow tier is an error.
+    Group the tests that share a module-scoped fixture (:func:`_xdist_group`); run the fast
+    tier last."""
     for item in items:
+        if not item.get_closest_marker("xdist_group") and (group := _xdist_group(item)):
+            item.add_marker(pytest.mark.xdist_group(group))
         for name in getattr(item, "fixturenames", ()):
             if name in SERVER_FIXTURES:
                 item.add_marker(SERVER_FIXTURES[name])
@@ -161,6 +202,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(
                 f"{item.nodeid} is marked fast but is in the {', '.join(sorted(slow))} tier"
             )
+    # The slow tiers first, in file order: the workers then end on short tests, not on a
+    # paced load that started last.
+    items.sort(key=lambda item: item.get_closest_marker("fast") is not None)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -222,9 +266,24 @@ def pytest_runtest_makereport(
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     paths = _READS.take() if _READS is not None else []
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its controller reports them
+        workeroutput["outside_reads"] = paths
+        return
+    paths += _WORKER_READS
     if paths:
-        sys.stderr.write(_message(paths) + "\n")
+        sys.stderr.write(_message(list(dict.fromkeys(paths))) + "\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+#: Paths the xdist workers recorded outside any test (session fixtures' teardown, say).
+_WORKER_READS: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist's controller: gather what a finished worker recorded outside its tests."""
+    _WORKER_READS.extend(getattr(node, "workeroutput", {}).get("outside_reads", []))
 
 
 @pytest.fixture(autouse=True)

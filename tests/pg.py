@@ -159,8 +159,19 @@ class PostgresServer:
 
 
 @contextlib.contextmanager
-def running_server(bin_dir: Path) -> Iterator[PostgresServer]:
-    server = PostgresServer(bin_dir).start()
+def running_server(bin_dir: Path, attempts: int = 3) -> Iterator[PostgresServer]:
+    """A started server, stopped on exit. The free port is picked before the server binds it,
+    so another process (an xdist worker starting its own server) may take it first: a server
+    that fails to start is retried on a new port and folder."""
+    for attempt in range(attempts):
+        server = PostgresServer(bin_dir)
+        try:
+            server.start()
+            break
+        except RuntimeError:
+            server.stop()
+            if attempt == attempts - 1:
+                raise
     try:
         yield server
     finally:

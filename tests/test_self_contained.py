@@ -168,7 +168,10 @@ def test_fixtures_are_files_of_the_repository() -> None:
     assert [p for p in files if p.is_symlink()] == []
 
 
-def test_a_read_beside_the_repository_fails_the_test_and_names_the_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_read_beside_the_repository_fails_the_test_and_names_the_file(
+    tmp_path: Path, workers: list[str]
+) -> None:
     repo = tmp_path / "repo"
     (repo / "tests").mkdir(parents=True)
     (repo / "pytest.ini").write_text("[pytest]\n")
@@ -198,6 +201,7 @@ def test_a_read_beside_the_repository_fails_the_test_and_names_the_file(tmp_path
             "-p",
             "no:cacheprovider",
             f"--basetemp={tmp_path / 'inner-tmp'}",
+            *workers,
             "tests",
         ],
         cwd=repo,
