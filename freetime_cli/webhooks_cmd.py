@@ -226,6 +226,7 @@ def apply(
             f"nothing to apply: no inbox at {escape(str(inbox_path))} yet (`freetime webhooks "
             "serve` receives notifications into it; --reconcile pulls them from the API)",
             highlight=False,
+            soft_wrap=True,  # never a line break inside the path
         )
         return
     if inbox_path.exists():  # a folder, or a file that is no inbox: say so before anything

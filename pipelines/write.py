@@ -35,6 +35,7 @@ from pipelines.publish.errors import (
     describe,
     is_lock_error,
     locked_message,
+    raise_if_interrupted,
     root_cause,
 )
 from pipelines.publish.lock import FileWriterLock, WriterBusy, WriterLock, writer_lock
@@ -119,8 +120,7 @@ def write(
             cause = root_cause(exc)
             with contextlib.suppress(OSError):  # a partial extraction must never be loaded
                 pipeline.abort_packages()
-            if isinstance(cause, KeyboardInterrupt):
-                raise KeyboardInterrupt("the load was interrupted; nothing was written") from None
+            raise_if_interrupted(cause)
             if is_lock_error(cause):
                 raise WarehouseLocked(locked_message(path, 0)) from cause
             raise LoadFailed(describe(cause, exc.step)) from cause
@@ -154,6 +154,7 @@ def _load_and_publish(
             try:
                 pipeline.load(credentials=DuckDbCredentials(con))
             except PipelineStepFailed as exc:
+                raise_if_interrupted(root_cause(exc))
                 raise LoadFailed(describe(root_cause(exc), exc.step)) from exc
             return publish(con, writer, finish, slot=slot)
     except OSError as exc:

@@ -25,7 +25,7 @@ from pipelines.config import DATASET, Warehouse
 from pipelines.pg.connection import connection, dsn_with_password, masked, one_line
 from pipelines.pg.lock import staging_slot, writer_lock
 from pipelines.pg.publish import DUCKDB_NAMES, publish
-from pipelines.publish.errors import LoadFailed, describe, root_cause
+from pipelines.publish.errors import LoadFailed, describe, raise_if_interrupted, root_cause
 from pipelines.publish.lock import WriterBusy
 from pipelines.publish.staging import (
     conform_pages,
@@ -89,8 +89,7 @@ def write(
         except PipelineStepFailed as exc:
             cause = root_cause(exc)
             pipeline.abort_packages()  # a partial extraction must never be loaded later
-            if isinstance(cause, KeyboardInterrupt):
-                raise KeyboardInterrupt("the load was interrupted; nothing was written") from None
+            raise_if_interrupted(cause)
             raise LoadFailed(masked(describe(cause, exc.step), warehouse)) from None
         try:
             with writer_lock(warehouse, what or writer, wait_seconds, on_wait):
@@ -116,6 +115,7 @@ def _load_and_publish(
     try:
         pipeline.load()
     except PipelineStepFailed as exc:
+        raise_if_interrupted(root_cause(exc))
         message = masked(describe(root_cause(exc), exc.step), warehouse)
         raise LoadFailed(message + "; the scanned data is kept for the next run") from None
     # named, so that an operator (and a test) sees the publish in pg_stat_activity

@@ -48,3 +48,10 @@ def describe(cause: BaseException, step: str) -> str:
     if isinstance(cause, httpx.HTTPError):
         return f"load failed while reading the API: {type(cause).__name__}: {cause}"
     return f"load failed at the {step} step: {type(cause).__name__}: {cause}"
+
+
+def raise_if_interrupted(cause: BaseException) -> None:
+    """Ctrl+C (dlt re-raises it from inside a step) stops the writer: a KeyboardInterrupt,
+    never a :class:`LoadFailed` that a flow would retry. Nothing was published."""
+    if isinstance(cause, KeyboardInterrupt):
+        raise KeyboardInterrupt("the load was interrupted; nothing was written") from None
