@@ -531,10 +531,16 @@ def publish_risk(
         finally:
             for name in new:
                 con.unregister(name)
+    return summarise(df, str(path), as_of, started)
+
+
+def summarise(df: pl.DataFrame, warehouse: str, as_of: datetime, started: float) -> RiskSummary:
+    """The summary of a published risk run: ``df`` its rows, ``started`` its
+    ``time.perf_counter()`` at the start (both warehouses report it alike)."""
     active = df.filter(pl.col("risk_level") != "done")
     counts = dict(df.group_by("risk_level").len().iter_rows())
     return RiskSummary(
-        duckdb_path=str(path),
+        duckdb_path=warehouse,
         as_of=as_of,
         rows=df.height,
         seconds=round(time.perf_counter() - started, 3),

@@ -33,6 +33,7 @@ from pipelines.analytics.publish import (
     RiskSummary,
     WarehouseIncompatible,
     read_frames,
+    summarise,
 )
 from pipelines.analytics.risk import (
     AT_RISK_LEVELS,
@@ -150,19 +151,7 @@ def publish_risk(
         except BaseException:
             con.rollback()
             raise
-    active = df.filter(pl.col("risk_level") != "done")
-    counts = dict(df.group_by("risk_level").len().iter_rows())
-    return RiskSummary(
-        duckdb_path=warehouse.display,
-        as_of=as_of,
-        rows=df.height,
-        seconds=round(time.perf_counter() - started, 3),
-        levels={lv: int(counts.get(lv, 0)) for lv in LEVELS},
-        accrued_demurrage=float(active["accrued_demurrage"].sum() or 0.0),
-        projected_demurrage=float(active["projected_demurrage"].sum() or 0.0),
-        projected_detention=float(df["projected_detention"].sum() or 0.0),
-        uncosted=int((~active["costed"]).sum()),
-    )
+    return summarise(df, warehouse.display, as_of, started)
 
 
 def _publish(
