@@ -19,12 +19,6 @@ from pipelines.config import Warehouse, resolve_warehouse
 
 #: step -> what is not done on a PostgreSQL warehouse yet (the log line's reason)
 NOT_ON_POSTGRES: dict[str, str] = {
-    "events": "transport events are fetched into DuckDB warehouses only for now",
-    "reconciliation": "the reconciliation's row counts read DuckDB warehouses only for now",
-    "changes": (
-        "the summary's changes since the previous run and exposure by terminal read DuckDB "
-        "warehouses only for now"
-    ),
     "alerts": "alerts are raised and sent from DuckDB warehouses only for now",
     "digest": "the digest reads the alerts of DuckDB warehouses only for now",
 }

@@ -33,21 +33,18 @@ from flows.artifacts import (
 from flows.ported import skipped
 from pipelines import progress
 from pipelines.analytics import (
-    LEVELS,
     RiskSummary,
     TariffError,
     at_risk,
     publish_risk,
-    risk_changes,
 )
+from pipelines.analytics.changes import published_changes as read_changes
 from pipelines.config import (
-    ANALYTICS_SCHEMA,
     DATASET,
     ApiSettings,
     ConfigError,
     resolve_duckdb_path,
     resolve_warehouse,
-    working_folder,
 )
 from pipelines.history.transport_events import EventsSummary, fetch_transport_events
 from pipelines.invoices.audit import AuditSummary, run_audit
@@ -60,7 +57,6 @@ from pipelines.warehouse import (
     WarehouseError,
     WarehouseLocked,
     check_usable,
-    read_table,
     reading,
     row_counts,
 )
@@ -274,10 +270,11 @@ def fetch_events(
     def step(done: int, total: int) -> None:
         progress.report("events", done, total, "requests")
 
-    budget = working_folder(Path(duckdb_path))  # the key's budget, shared with the other writers
+    warehouse = resolve_warehouse(duckdb_path)
+    budget = key_budget(warehouse)  # the key's budget, shared with the other writers
     try:
         with Terminal49Client.for_api(api, budget=budget) as client:
-            summary = fetch_transport_events(Path(duckdb_path), client, on_request=step)
+            summary = fetch_transport_events(warehouse, client, on_request=step)
     finally:
         progress.finish("events")
     get_run_logger().info("transport events: %s", summary.line())
@@ -340,9 +337,14 @@ def reconcile_counts(duckdb_path: str, load: LoadOutcome) -> list[Reconciliation
     where it is skipped (:mod:`flows.ported`)."""
     if skipped("reconciliation", duckdb_path):
         return []
-    counts = row_counts(
-        duckdb_path, DATASET, list(RECONCILED_TABLES.values()), retry_seconds=LOCK_RETRY_SECONDS
-    )
+    warehouse = resolve_warehouse(duckdb_path)
+    tables = list(RECONCILED_TABLES.values())
+    if warehouse.is_postgres:
+        from pipelines.pg.tables import row_counts as pg_row_counts
+
+        counts = pg_row_counts(warehouse, DATASET, tables)
+    else:
+        counts = row_counts(duckdb_path, DATASET, tables, retry_seconds=LOCK_RETRY_SECONDS)
     return [
         Reconciliation(
             table=f"{DATASET}.{table}",
@@ -372,15 +374,9 @@ def publish_artifacts(
     rows = at_risk_rows(at_risk(duckdb_path).to_dicts())
     changes, exposure = None, None
     if not skipped("changes", warehouse):
-        path = resolve_duckdb_path(duckdb_path)
-        current = at_risk(path, levels=LEVELS)  # every published row: the changes need them all
-        previous = read_table(
-            path, ANALYTICS_SCHEMA, "demurrage_risk_previous", retry_seconds=LOCK_RETRY_SECONDS
-        )
-        changes = risk_changes(previous, current) if previous is not None else None
-        exposure = read_table(
-            path, ANALYTICS_SCHEMA, "exposure_by_terminal", retry_seconds=LOCK_RETRY_SECONDS
-        )
+        # from the warehouse on both: the previous run's rows are published beside the new
+        since = read_changes(warehouse, retry_seconds=LOCK_RETRY_SECONDS)
+        changes, exposure = since.changes, since.exposure
     recon = list(reconciliation or [])
     markdown = summary_markdown(
         SummaryInput(

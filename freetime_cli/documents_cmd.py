@@ -10,10 +10,12 @@ import typer
 from freetime_cli._common import (
     BaseUrlOption,
     DuckDbOption,
+    WarehouseOption,
     fail,
     out,
     print_error,
     quiet_logging,
+    warehouse_given,
 )
 from pipelines.config import ApiSettings, ConfigError
 from pipelines.warehouse import WarehouseError
@@ -77,15 +79,18 @@ def upload(
 @app.command("sync")
 def sync(
     duckdb: DuckDbOption = None,
+    warehouse: WarehouseOption = None,
     base_url: BaseUrlOption = None,
 ) -> None:
-    """Load documents, email submissions and document representations into the warehouse."""
+    """Load documents, email submissions and document representations into the warehouse
+    (a DuckDB file or PostgreSQL: --warehouse, else FREETIME_WAREHOUSE)."""
     from pipelines.documents import sync_documents
     from pipelines.load import LoadFailed
 
     quiet_logging()
+    target = warehouse_given(duckdb, warehouse)
     try:
-        rows = sync_documents(duckdb, ApiSettings.resolve(base_url=base_url))
+        rows = sync_documents(target, ApiSettings.resolve(base_url=base_url))
     except (ConfigError, LoadFailed, WarehouseError) as exc:
         fail(str(exc))
     out.print(", ".join(f"{t} {n}" for t, n in rows.items()), highlight=False)

@@ -167,13 +167,15 @@ def _run(duckdb: str | Path | None, as_of: str | None, view: TableView) -> None:
     command_started = time.perf_counter()
     age = process_age()
     started = command_started - age if age is not None else None
-    from pipelines.config import ConfigError, resolve_duckdb_path
-    from pipelines.warehouse import WarehouseUnusable, check_usable
+    from freetime_cli.load_cmd import check_writer
+    from pipelines.config import ConfigError, resolve_warehouse
+    from pipelines.warehouse import WarehouseUnusable
 
     try:
         when = parse_as_of(as_of)
-        # a bad path fails now, before the sandbox and the Prefect server start
-        check_usable(resolve_duckdb_path(duckdb))
+        # a bad path, URL, password or server fails now, before the sandbox and Prefect start
+        target = resolve_warehouse(duckdb)
+        check_writer(target)
     except (ValueError, ConfigError, WarehouseUnusable) as exc:
         fail(str(exc))
     for key, value in PREFECT_ENV.items():
@@ -205,10 +207,14 @@ def _run(duckdb: str | Path | None, as_of: str | None, view: TableView) -> None:
             os.environ["TERMINAL49_API_KEY"] = key
             os.environ["TERMINAL49_BASE_URL"] = url
         _start_temporary_prefect_server()
+        if target.dsn is not None:
+            # The flow takes the URL with its password masked (a parameter Prefect keeps);
+            # its tasks complete it from this setting, in this process only.
+            os.environ["FREETIME_WAREHOUSE"] = target.dsn
         bars = StepProgress(console)
         try:
             with progress.showing(bars):
-                report = _run_sync(duckdb, when)
+                report = _run_sync(target.display if target.dsn else duckdb, when)
         finally:
             bars.close()
         finished = time.perf_counter()

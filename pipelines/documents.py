@@ -29,12 +29,13 @@ from typing import Any
 import httpx
 import orjson
 
-from pipelines.config import ApiSettings, ConfigError, resolve_duckdb_path, working_folder
+from pipelines.config import DATASET, ApiSettings, ConfigError, Warehouse, resolve_warehouse
 from pipelines.terminal49.client import Terminal49Client, Terminal49Error
 
 DIRECT_UPLOADS_PATH = "/rails/active_storage/direct_uploads"
 DOCUMENTS_PATH = "/documents"
 _ATTEMPTS = 4
+WRITER = "documents"
 
 
 class UploadFailed(Exception):
@@ -233,7 +234,7 @@ def upload_file(
 
 
 def sync_documents(
-    duckdb_path: str | os.PathLike[str] | None = None,
+    duckdb_path: str | os.PathLike[str] | Warehouse | None = None,
     api: ApiSettings | None = None,
     *,
     transport: httpx.BaseTransport | None = None,
@@ -241,24 +242,41 @@ def sync_documents(
 ) -> dict[str, int]:
     """Load documents, email submissions and representations; rows written per table.
 
-    The API is read without the writer lock, in the key's budget shared with the warehouse's
-    other writers; the lock is held only to publish (:func:`pipelines.write.write`)."""
+    ``duckdb_path``: the warehouse (a DuckDB path, a ``postgresql://`` URL or a
+    :class:`Warehouse`; default :func:`pipelines.config.resolve_warehouse`'s). The API is read
+    without the writer lock, in the key's budget shared with the warehouse's other writers;
+    the lock is held only to publish (:func:`pipelines.write.write`; on PostgreSQL
+    :func:`pipelines.pg.write.write`: dlt stages the documents, one transaction under the
+    writers' advisory lock publishes them by the same merge rules)."""
+    from pipelines.load import key_budget
     from pipelines.terminal49.documents import DOCUMENT_TABLE_HINTS, documents_source
-    from pipelines.write import write
+    from pipelines.write import incoming_dataset, write
 
     api = api or ApiSettings.resolve()
     if not api.api_key:
         raise ConfigError("no API key: set TERMINAL49_API_KEY (or sources.terminal49.api_key)")
-    path = resolve_duckdb_path(duckdb_path)
-    client = Terminal49Client.for_api(api, transport=transport, budget=working_folder(path))
+    warehouse = resolve_warehouse(duckdb_path)
+    if warehouse.is_postgres:  # the server answers and the role may write, before any request
+        from pipelines.pg.connection import check_writable
+
+        check_writable(warehouse, (DATASET, incoming_dataset(WRITER)))
+    client = Terminal49Client.for_api(api, transport=transport, budget=key_budget(warehouse))
     try:
-        published = write(
-            "documents",
-            documents_source(client),
-            path,
-            lock_retry_seconds=lock_retry_seconds,
-            what="documents sync",
-        )
+        if warehouse.is_postgres:
+            from pipelines.pg.write import write as write_postgres
+
+            published = write_postgres(
+                WRITER, documents_source(client), warehouse, what="documents sync"
+            )
+        else:
+            assert warehouse.path is not None
+            published = write(
+                WRITER,
+                documents_source(client),
+                warehouse.path,
+                lock_retry_seconds=lock_retry_seconds,
+                what="documents sync",
+            )
     finally:
         client.close()
     return {t: published.written.get(t, 0) for t in DOCUMENT_TABLE_HINTS}

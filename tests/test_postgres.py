@@ -412,14 +412,6 @@ def test_a_database_without_the_right_to_create_schemas_is_refused(
     assert "the role reader may not create schemas" in line and "GRANT CREATE" in line
 
 
-def test_a_command_that_runs_on_duckdb_only_says_so(postgres_server: PostgresServer) -> None:
-    url = postgres_server.url("postgres", "postgres", SECRET)
-    done = _cli("run", env={"FREETIME_WAREHOUSE": url})
-    assert done.returncode == 2
-    assert SECRET not in done.stdout + done.stderr and "Traceback" not in done.stderr
-    assert "DuckDB warehouse only" in done.stderr
-
-
 def test_risk_on_a_wrong_password_is_one_line(postgres_server: PostgresServer) -> None:
     url = postgres_server.url("postgres", "postgres", SECRET)
     done = _cli("risk", env={"FREETIME_WAREHOUSE": url})

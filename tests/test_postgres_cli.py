@@ -24,10 +24,13 @@ def test_the_warehouse_is_given_once(command: list[str], tmp_path: Path) -> None
     assert "give the warehouse once" in result.output
 
 
-def test_run_refuses_a_postgresql_warehouse_in_one_line(
+def test_run_refuses_a_url_that_is_not_one_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for args, env in (([], URL), (["--warehouse", URL], None)):
+    """Before anything connects or starts (a server that does not answer and a wrong
+    password: tests/test_postgres_flow.py)."""
+    bad = "postgresql://team:p%40ss-Word@db.internal:6543/"
+    for args, env in (([], bad), (["--warehouse", bad], None)):
         if env:
             monkeypatch.setenv("FREETIME_WAREHOUSE", env)
         else:
@@ -35,5 +38,5 @@ def test_run_refuses_a_postgresql_warehouse_in_one_line(
         result = CliRunner().invoke(app, ["run", *args])
         assert result.exit_code == 2, result.output
         lines = result.output.strip().splitlines()
-        assert len(lines) == 1 and "DuckDB warehouse only" in lines[0]
+        assert len(lines) == 1 and "is not a PostgreSQL URL" in lines[0]
         assert "p@ss" not in result.output and "p%40ss" not in result.output

@@ -1,12 +1,61 @@
-"""What changed between two risk tables (e.g. the previous and the current run)."""
+"""What changed between two risk tables (e.g. the previous and the current run), and the
+published run's changes read from either warehouse (:func:`published_changes`)."""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
+from pipelines.config import ANALYTICS_SCHEMA, Warehouse, resolve_warehouse
+
 _KEY = ["container_id", "container_number"]
+RISK, PREVIOUS, EXPOSURE = "demurrage_risk", "demurrage_risk_previous", "exposure_by_terminal"
+
+
+@dataclass(frozen=True)
+class PublishedChanges:
+    """What a run summary shows of the published risk run: :func:`risk_changes` since the
+    previous run (None on the first risk run of the warehouse: nothing to compare with) and
+    the rows of ``analytics.exposure_by_terminal`` (None when the view is missing)."""
+
+    changes: dict[str, Any] | None
+    exposure: pl.DataFrame | None
+
+
+def published_changes(
+    warehouse: str | os.PathLike[str] | Warehouse | None, *, retry_seconds: float = 30.0
+) -> PublishedChanges:
+    """The published risk run's changes since the previous one and its exposure by terminal,
+    read from the warehouse (a DuckDB file, waiting up to ``retry_seconds`` for a writer to
+    let go of it; or PostgreSQL, in one read-only snapshot). WarehouseMissing before any risk
+    run."""
+    from pipelines.warehouse import WarehouseMissing
+
+    wh = resolve_warehouse(warehouse)
+    if wh.is_postgres:
+        from pipelines.pg.tables import read_tables
+
+        names = [(ANALYTICS_SCHEMA, t) for t in (RISK, PREVIOUS, EXPOSURE)]
+        read = read_tables(wh, names)
+        current, previous, exposure = (read[n] for n in names)
+        if current is None:
+            raise WarehouseMissing(
+                f"no {ANALYTICS_SCHEMA}.{RISK} in {wh.display}: run `freetime risk` first"
+            )
+    else:
+        from pipelines.analytics.publish import at_risk
+        from pipelines.analytics.risk import LEVELS
+        from pipelines.warehouse import read_table
+
+        assert wh.path is not None
+        current = at_risk(wh.path, levels=LEVELS)  # every published row: changes need them all
+        previous = read_table(wh.path, ANALYTICS_SCHEMA, PREVIOUS, retry_seconds=retry_seconds)
+        exposure = read_table(wh.path, ANALYTICS_SCHEMA, EXPOSURE, retry_seconds=retry_seconds)
+    changes = risk_changes(previous, current) if previous is not None else None
+    return PublishedChanges(changes, exposure)
 
 
 def risk_changes(previous: pl.DataFrame | None, current: pl.DataFrame) -> dict[str, Any]:
