@@ -21,7 +21,10 @@ import duckdb
 import psycopg2
 import pytest
 
+from pipelines.analytics import publish_risk
 from pipelines.config import DATASET, ApiSettings, Warehouse
+from pipelines.documents import sync_documents
+from pipelines.history.transport_events import fetch_transport_events
 from pipelines.load import full_lists, run_load
 from pipelines.pg.connection import connect
 from pipelines.pg.lock import WRITER_KEY, writer_lock
@@ -169,7 +172,8 @@ def test_an_older_record_never_overwrites_a_newer_one(
 def test_the_same_account_gives_equal_tables_on_duckdb_and_postgresql(
     sandbox: SandboxProcess, pg_database: str, tmp_path: Path
 ) -> None:
-    """`freetime load` into a DuckDB file and into PostgreSQL: the same rows, the same types."""
+    """`freetime load` into a DuckDB file and into PostgreSQL, then the documents sync and the
+    transport events of the containers at risk into each: the same rows, the same types."""
     env = {"TERMINAL49_API_KEY": sandbox.api_key, "TERMINAL49_RATE_LIMIT": "100000"}
     env["FREETIME_WORKDIR"] = os.environ["FREETIME_WORKDIR"]
     path = tmp_path / "w.duckdb"
@@ -180,44 +184,21 @@ def test_the_same_account_gives_equal_tables_on_duckdb_and_postgresql(
     password = Warehouse.parse(pg_database).password
     assert password and password not in to_pg.stdout + to_pg.stderr
     assert "postgresql://postgres:***@127.0.0.1" in to_pg.stdout
+    # in this process: the commands are tested on their own (tests/test_postgres_flow.py)
+    events = {}
+    for target in (path, Warehouse.parse(pg_database)):
+        sync_documents(target, _api(sandbox))
+        publish_risk(target, as_of=dt.datetime.fromisoformat(CLOCK))
+        with Terminal49Client.for_api(_api(sandbox)) as client:
+            events[str(target)] = fetch_transport_events(target, client, max_containers=1000)
+    assert len({e.events for e in events.values()}) == 1, events
 
     duck = duckdb.connect(str(path), read_only=True)
     duck.execute("SET TimeZone = 'UTC'")
     pg = connect(Warehouse.parse(pg_database))
     try:
-        for table, key in TABLES.items():
-            duck_types = dict(
-                duck.execute(
-                    "SELECT column_name, data_type FROM duckdb_columns() "
-                    "WHERE schema_name = ? AND table_name = ?",
-                    [DATASET, table],
-                ).fetchall()
-            )
-            with pg.cursor() as cur:
-                cur.execute(
-                    "SELECT column_name, data_type FROM information_schema.columns "
-                    "WHERE table_schema = %s AND table_name = %s",
-                    [DATASET, table],
-                )
-                pg_types = {c: DUCKDB_NAMES.get(t, t) for c, t in cur.fetchall()}
-            assert pg_types == duck_types, table
-            columns = [c for c in duck_types if c not in WHEN]
-            listed = ", ".join(f'"{c}"' for c in columns)
-            order = ", ".join(f'"{k}"' for k in key)
-            duck_rows = duck.execute(
-                f'SELECT {listed} FROM "{DATASET}"."{table}" ORDER BY {order}'
-            ).fetchall()
-            with pg.cursor() as cur:
-                cur.execute(f'SELECT {listed} FROM "{DATASET}"."{table}" ORDER BY {order}')
-                pg_rows = cur.fetchall()
-            json_columns = {i for i, c in enumerate(columns) if duck_types[c] == "JSON"}
-            assert len(pg_rows) == len(duck_rows) > 0, table
-            for mine, theirs in zip(duck_rows, pg_rows, strict=True):
-                mine = tuple(
-                    json.loads(v) if i in json_columns and v is not None else v
-                    for i, v in enumerate(mine)
-                )
-                assert mine == tuple(theirs), table
+        for table, key in {**TABLES, **LATER_TABLES}.items():
+            _assert_equal_table(duck, pg, table, key)
         history_sql = (
             "SELECT entity, entity_id, field, old_value, new_value, how FROM terminal49.history "
             "ORDER BY 1, 2, 3"
@@ -228,6 +209,53 @@ def test_the_same_account_gives_equal_tables_on_duckdb_and_postgresql(
     finally:
         duck.close()
         pg.close()
+
+
+#: the tables the documents sync and the transport events fetch write, with their keys
+LATER_TABLES = {
+    "documents": ("id",),
+    "email_submissions": ("id",),
+    "document_representations": ("id",),
+    "transport_events": ("id",),
+}
+
+
+def _assert_equal_table(
+    duck: duckdb.DuckDBPyConnection, pg: Any, table: str, key: tuple[str, ...]
+) -> None:
+    """``terminal49.<table>`` has the same column types and rows (but for when they were
+    written) in the DuckDB file and in PostgreSQL, and some rows."""
+    duck_types = dict(
+        duck.execute(
+            "SELECT column_name, data_type FROM duckdb_columns() "
+            "WHERE schema_name = ? AND table_name = ?",
+            [DATASET, table],
+        ).fetchall()
+    )
+    with pg.cursor() as cur:
+        cur.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s",
+            [DATASET, table],
+        )
+        pg_types = {c: DUCKDB_NAMES.get(t, t) for c, t in cur.fetchall()}
+    assert pg_types == duck_types, table
+    columns = [c for c in duck_types if c not in WHEN]
+    listed = ", ".join(f'"{c}"' for c in columns)
+    order = ", ".join(f'"{k}"' for k in key)
+    duck_rows = duck.execute(
+        f'SELECT {listed} FROM "{DATASET}"."{table}" ORDER BY {order}'
+    ).fetchall()
+    with pg.cursor() as cur:
+        cur.execute(f'SELECT {listed} FROM "{DATASET}"."{table}" ORDER BY {order}')
+        pg_rows = cur.fetchall()
+    json_columns = {i for i, c in enumerate(columns) if duck_types[c] == "JSON"}
+    assert len(pg_rows) == len(duck_rows) > 0, table
+    for mine, theirs in zip(duck_rows, pg_rows, strict=True):
+        mine = tuple(
+            json.loads(v) if i in json_columns and v is not None else v for i, v in enumerate(mine)
+        )
+        assert mine == tuple(theirs), table
 
 
 # --- writers serialise across processes --------------------------------------------------------

@@ -1,4 +1,4 @@
-"""A deployment of prefect.yaml run by a real process worker against a real Prefect server, on
+"""The deployments of prefect.yaml run by a real process worker against a real Prefect server, on
 a PostgreSQL warehouse (issue 30, docs/workers.md).
 
 The set-up is the guide's: ``prefect server start``, a work pool of type process named
@@ -115,9 +115,12 @@ def _count(url: str, table: str) -> int:
         con.close()
 
 
-def test_a_process_worker_runs_the_hourly_deployment_on_postgresql(
+def test_a_process_worker_runs_the_hourly_and_nightly_deployments_on_postgresql(
     prefect_server: PrefectServer, pg_database: str, tmp_path: Path
 ) -> None:
+    """One worker runs the hourly sync and the nightly reconciliation, side by side: the
+    writers take turns by the warehouse's advisory lock, every step runs on PostgreSQL and the
+    nightly summary holds the row counts against the API's totals."""
     from prefect.workers.process import ProcessWorker
 
     with SandboxProcess(containers=CONTAINERS, seed=49, clock="2026-11-20T12:00:00Z") as sb:
@@ -130,10 +133,13 @@ def test_a_process_worker_runs_the_hourly_deployment_on_postgresql(
         env = _prefect_env(tmp_path / "home", api_url)
         out = _prefect(env, "deploy", "--all")
         assert "sync/freetime-sync" in out and "sync/freetime-reconcile" in out, out
-        # `prefect deployment run sync/freetime-sync`, by the API
-        deployment = api.get("/deployments/name/sync/freetime-sync").json()
-        assert deployment["work_pool_name"] == "freetime"
-        run_id = api.post(f"/deployments/{deployment['id']}/create_flow_run", json={}).json()["id"]
+        # `prefect deployment run sync/freetime-sync` (and -reconcile), by the API
+        runs: dict[str, str] = {}
+        for name in ("freetime-sync", "freetime-reconcile"):
+            deployment = api.get(f"/deployments/name/sync/{name}").json()
+            assert deployment["work_pool_name"] == "freetime"
+            created = api.post(f"/deployments/{deployment['id']}/create_flow_run", json={})
+            runs[name] = created.json()["id"]
 
         # the worker's machine: the warehouse and the API are its settings, never parameters
         worker_env = dict(
@@ -144,20 +150,29 @@ def test_a_process_worker_runs_the_hourly_deployment_on_postgresql(
             TERMINAL49_API_KEY=sb.api_key,
             TERMINAL49_RATE_LIMIT="100000",
         )
-        _prefect(worker_env, "worker", "start", "--pool", "freetime", "--run-once", timeout=180)
+        _prefect(worker_env, "worker", "start", "--pool", "freetime", "--run-once", timeout=240)
 
-    run = api.get(f"/flow_runs/{run_id}").json()
-    assert run["state_type"] == "COMPLETED", run
-    # the URL given to the worker keeps its password out of the run's parameters
-    assert run["parameters"] == {}
-    logs = api.post("/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}}).json()
-    text = "\n".join(log["message"] for log in logs)
-    assert "events: skipped on PostgreSQL" in text, text
-    assert "postgresql://postgres:***@127.0.0.1" in text, text
     password = pg_database.split(":")[2].split("@")[0]
-    assert password not in text
+    for name, run_id in runs.items():
+        run = api.get(f"/flow_runs/{run_id}").json()
+        assert run["state_type"] == "COMPLETED", (name, run)
+        # the URL given to the worker keeps its password out of the run's parameters
+        assert run["parameters"] == ({"full": True} if name == "freetime-reconcile" else {})
+        logs = api.post("/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}})
+        text = "\n".join(log["message"] for log in logs.json())
+        assert "transport events: " in text, text  # the events step ran, not skipped
+        assert "postgresql://postgres:***@127.0.0.1" in text, text
+        assert password not in text
+    artifacts = api.post(
+        "/artifacts/filter",
+        json={"artifacts": {"flow_run_id": {"any_": [runs["freetime-reconcile"]]}}},
+    ).json()
+    summary = next(a["data"] for a in artifacts if a["type"] == "markdown")
+    assert "## Reconciliation: warehouse against the API" in summary, summary
+    assert "terminal49.containers" in summary and "**no**" not in summary, summary
+    assert password not in summary
 
     # the warehouse on PostgreSQL holds the account and its risk
     assert _count(pg_database, "terminal49.containers") == CONTAINERS
     assert _count(pg_database, "analytics.demurrage_risk") == CONTAINERS
-    assert _count(pg_database, "terminal49.freetime_loads") == 1
+    assert _count(pg_database, "terminal49.freetime_loads WHERE writer = 'load'") == 2
