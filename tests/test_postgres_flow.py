@@ -81,14 +81,6 @@ def _count(url: str, sql: str) -> int:
         con.close()
 
 
-def _at_risk_lines(stdout: str) -> list[str]:
-    """The at-risk table's rows as printed (between its title and the levels line)."""
-    lines = stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("At-risk containers"))
-    end = next(i for i, line in enumerate(lines) if line.startswith("risk as of "))
-    return lines[start:end]
-
-
 # --- freetime run ----------------------------------------------------------------------------
 
 
@@ -97,7 +89,8 @@ def test_freetime_run_on_postgresql_prints_the_duckdb_at_risk_table_and_changes(
     sandbox: SandboxProcess, pg_database: str, tmp_path: Path, prefect_harness: None
 ) -> None:
     """Two `freetime run --warehouse URL`: the at-risk table is DuckDB's for the same
-    account; the second run's summary has the changes since the first, read from PostgreSQL."""
+    account (loaded and published in this process); the second run's summary has the changes
+    since the first, read from PostgreSQL."""
     from prefect.settings import PREFECT_API_URL
 
     duck = tmp_path / "w.duckdb"
@@ -110,8 +103,6 @@ def test_freetime_run_on_postgresql_prints_the_duckdb_at_risk_table_and_changes(
         PREFECT_API_URL=str(PREFECT_API_URL.value()),
         FREETIME_WORKDIR=os.environ["FREETIME_WORKDIR"],
     )
-    on_duckdb = _cli("run", "--duckdb", str(duck), "--as-of", CLOCK, "--limit", "0", env=env)
-    assert on_duckdb.returncode == 0, on_duckdb.stderr[-3000:]
     runs = [
         _cli("run", "--warehouse", pg_database, "--as-of", CLOCK, "--limit", "0", env=env)
         for _ in range(2)
@@ -123,13 +114,14 @@ def test_freetime_run_on_postgresql_prints_the_duckdb_at_risk_table_and_changes(
         assert "Traceback" not in done.stderr
         assert password not in done.stdout + done.stderr
         assert "postgresql://postgres:***@127.0.0.1" in done.stdout
-        assert _at_risk_lines(done.stdout) == _at_risk_lines(on_duckdb.stdout)
+        # DuckDB's at-risk containers, in its order (most urgent first), and no other
         assert f"At-risk containers ({expected.height})" in done.stdout
-        assert expected["container_number"][0] in done.stdout
+        assert f"\n{expected.height} shown; projected demurrage " in done.stdout
+        where = [done.stdout.index(n) for n in expected["container_number"]]
+        assert where == sorted(where)
     # the first run on an empty warehouse has nothing to compare with; the second has
     assert "since the last run" not in runs[0].stdout
     assert "since the last run: 0 newly overdue, 0 newly ready, 0 LFDs moved" in runs[1].stdout
-    assert "since the last run: 0 newly overdue" in on_duckdb.stdout  # risk published twice
     # the events step ran on PostgreSQL too: the at-risk containers' events are in it
     assert "events 0 (budget" not in runs[0].stdout
     assert _count(pg_database, "SELECT count(*) FROM terminal49.transport_events") > 0
