@@ -19,6 +19,7 @@ import pytest
 
 from pipelines.analytics import at_risk, publish_risk
 from pipelines.config import ApiSettings, Warehouse
+from pipelines.documents import sync_documents
 from pipelines.load import run_load
 from sandbox.process import SandboxProcess
 from tests.pg import PostgresServer, free_port
@@ -130,49 +131,51 @@ def test_freetime_run_on_postgresql_prints_the_duckdb_at_risk_table_and_changes(
     )
 
 
-def test_freetime_run_refuses_a_bad_postgresql_warehouse_in_one_line(
-    postgres_server: PostgresServer,
+def test_freetime_run_and_documents_sync_refuse_a_bad_postgresql_warehouse_in_one_line(
+    postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A wrong password and a server that does not answer: one line, exit 2, before the
-    sandbox or Prefect start; the password never shown."""
+    sandbox, Prefect or any request start; the password never shown."""
+    from typer.testing import CliRunner
+
+    from freetime_cli.main import app
+
+    monkeypatch.delenv("FREETIME_WAREHOUSE", raising=False)
+    monkeypatch.setenv("TERMINAL49_API_KEY", "a-key")  # the warehouse is what is wrong
     wrong = postgres_server.url("postgres", "postgres", SECRET)
     gone = f"postgresql://postgres:{SECRET}@127.0.0.1:{free_port()}/freetime"
-    for url in (wrong, gone):
-        done = _cli("run", "--warehouse", url, env=_env())
-        assert done.returncode == 2, done.stderr
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: cannot connect"), done.stderr
-        assert SECRET not in done.stdout + done.stderr
-        assert "postgresql://postgres:***@127.0.0.1" in lines[0]
-        assert "embedded sandbox" not in done.stdout + done.stderr
+    for command in (["run"], ["documents", "sync"]):
+        for url in (wrong, gone):
+            done = CliRunner().invoke(app, [*command, "--warehouse", url])
+            assert done.exit_code == 2, done.output
+            lines = done.output.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("error: cannot connect"), lines
+            assert SECRET not in done.output
+            assert "postgresql://postgres:***@127.0.0.1" in lines[0]
+        both = CliRunner().invoke(app, [*command, "--warehouse", wrong, "--duckdb", "w.duckdb"])
+        assert both.exit_code == 2 and "give the warehouse once" in both.output
 
 
 # --- documents sync --------------------------------------------------------------------------
 
 
-def test_documents_sync_on_postgresql_and_its_bad_input(
-    sandbox: SandboxProcess, pg_database: str, postgres_server: PostgresServer
+def test_documents_sync_on_postgresql(
+    sandbox: SandboxProcess, pg_database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     env = _env(sandbox, FREETIME_WORKDIR=os.environ["FREETIME_WORKDIR"])
     done = _cli("documents", "sync", "--warehouse", pg_database, env=env)
     assert done.returncode == 0, done.stderr
+    password = Warehouse.parse(pg_database).password
+    assert password and password not in done.stdout + done.stderr
     docs = _count(pg_database, "SELECT count(*) FROM terminal49.documents")
     assert docs > 0 and f"documents {docs}" in done.stdout
     assert _count(pg_database, "SELECT count(*) FROM terminal49.freetime_loads") == 1
     # again, by the setting: the newest fetch replaces each row, no duplicates
-    again = _cli("documents", "sync", env=dict(env, FREETIME_WAREHOUSE=pg_database))
-    assert again.returncode == 0, again.stderr
+    monkeypatch.setenv("FREETIME_WAREHOUSE", pg_database)
+    assert sync_documents(None, _api(sandbox))["documents"] == docs
     assert _count(pg_database, "SELECT count(*) FROM terminal49.documents") == docs
     assert _count(pg_database, "SELECT count(DISTINCT id) FROM terminal49.documents") == docs
     assert _count(pg_database, "SELECT count(*) FROM terminal49.freetime_loads") == 2
-
-    wrong = postgres_server.url("postgres", "postgres", SECRET)
-    refused = _cli("documents", "sync", "--warehouse", wrong, env=env)
-    assert refused.returncode == 2
-    lines = refused.stderr.strip().splitlines()
-    assert len(lines) == 1 and "cannot connect" in lines[0] and SECRET not in refused.stderr
-    both = _cli("documents", "sync", "--warehouse", wrong, "--duckdb", "w.duckdb", env=env)
-    assert both.returncode == 2 and "give the warehouse once" in both.stderr
 
 
 # --- the nightly sync's steps ----------------------------------------------------------------
