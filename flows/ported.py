@@ -25,8 +25,6 @@ NOT_ON_POSTGRES: dict[str, str] = {
         "the summary's changes since the previous run and exposure by terminal read DuckDB "
         "warehouses only for now"
     ),
-    "alerts": "alerts are raised and sent from DuckDB warehouses only for now",
-    "digest": "the digest reads the alerts of DuckDB warehouses only for now",
 }
 
 
