@@ -358,6 +358,8 @@ def send_digests(
     wh = resolve_warehouse(warehouse)
     state = Path(state_path) if state_path else None
     dests = [d for d in settings.destinations if only is None or d.name == only]
+    if not dests:
+        return []  # nothing to send: no state file or table is created
     out: list[DigestResult] = []
     todo: list[DigestResult] = []
     rows: list[dict[str, Any]] | None = None
