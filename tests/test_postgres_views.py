@@ -369,3 +369,46 @@ def test_two_senders_at_once_send_each_alert_once(both: Both, tmp_path: Path) ->
         assert sorted(s.sent for s in results) == [0, len(keys)]
     finally:
         hooks.close()
+
+
+def test_the_digest_flow_sends_the_digest_of_postgresql_once_a_day(
+    both: Both, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_harness: None
+) -> None:
+    import sys
+    import threading
+
+    from flows.alerts import digest
+    from pipelines.alerts import load_settings, send_digests
+    from pipelines.config import Warehouse
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from alerts_servers import start_smtp
+
+    smtp = start_smtp(tmp_path, "ssl")
+    cfg = tmp_path / "a.toml"
+    cfg.write_text(f'[alerts]\n[[alerts.destinations]]\nname = "mail"\nurl = "{smtp.url()}"\n')
+    monkeypatch.setenv("FREETIME_ALERTS_CONFIG", str(cfg))
+    monkeypatch.delenv("FREETIME_ALERT_URLS", raising=False)
+    monkeypatch.setenv("FREETIME_WAREHOUSE", both.url)  # the worker's setting
+    shown = Warehouse.parse(both.url).display  # a flow parameter: the password masked
+    try:
+        lines = digest(shown, as_of=LATER)
+        assert len(lines) == 1 and "digest sent" in lines[0] and len(smtp.messages) == 1
+        assert digest(shown, as_of=LATER) == []  # once a local day
+        # the next day, two digest runs at once (two workers): one digest
+        settings, results = load_settings(cfg), []
+        start = threading.Barrier(2)
+
+        def run() -> None:
+            start.wait()
+            results.append(send_digests(both.url, settings, now=LATER + timedelta(days=1)))
+
+        threads = [threading.Thread(target=run) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sorted(len(r) for r in results) == [0, 1] and len(smtp.messages) == 2
+        assert "newly at risk" in str(smtp.messages[1])
+    finally:
+        smtp.controller.stop()
