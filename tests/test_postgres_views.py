@@ -317,7 +317,10 @@ def test_alerts_raised_on_postgresql_reach_the_inbox_once(
         first = runner.invoke(app, ["alerts", "send", *given])
         assert first.exit_code == 0, first.output
         assert f"{len(raised)} sent, 0 pending" in first.output
-        again = runner.invoke(app, ["alerts", "send", *given])
+        # FREETIME_WAREHOUSE names it as well as --warehouse does
+        again = runner.invoke(
+            app, ["alerts", "send", "--config", str(cfg)], env={"FREETIME_WAREHOUSE": both.url}
+        )
         assert again.exit_code == 0 and "0 sent, 0 pending" in again.output
         subjects = [str(m["subject"]) for m in smtp.messages]
         assert len(subjects) == len(raised)

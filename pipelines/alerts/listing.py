@@ -43,7 +43,7 @@ def alert_statuses(
     (an alert no destination wants is listed once, ``not routed``)."""
     wh = resolve_warehouse(warehouse)
     alerts = recent_alerts(wh, limit)
-    with open_state(wh, state_path) as st:
+    with open_state(wh, state_path, create=False) as st:
         known = st.destinations()
         sent = st.deliveries([int(a["seq"]) for a in alerts])
     out: list[AlertStatus] = []

@@ -102,18 +102,21 @@ def _state_file(warehouse: Warehouse, state_path: str | os.PathLike[str] | None)
 def open_state(
     warehouse: str | os.PathLike[str] | Warehouse | None,
     state_path: str | os.PathLike[str] | None = None,
+    *,
+    create: bool = True,
 ) -> StateStore:
     """The delivery state of ``warehouse`` (a path, a URL or a :class:`Warehouse`; None: the
     configured one): the SQLite file (``state_path``, else :func:`default_state_path`), or
-    the state tables of a PostgreSQL warehouse. One per thread. ConfigError when it cannot be
-    used (``state_path`` given for PostgreSQL included); WarehouseUnusable when the server
+    the state tables of a PostgreSQL warehouse (``create=False``: not created when missing,
+    read as empty: a role that may only read lists alerts). One per thread. ConfigError when it
+    cannot be used (``state_path`` given for PostgreSQL included); WarehouseUnusable when the server
     refuses."""
     wh = resolve_warehouse(warehouse)
     if wh.is_postgres:
         _no_file(state_path)
         from pipelines.alerts.pgstate import PgDeliveryState
 
-        return PgDeliveryState(wh)
+        return PgDeliveryState(wh, create=create)
     return DeliveryState(_state_file(wh, state_path))
 
 
