@@ -219,13 +219,15 @@ class Applier:
 
     def _send(self) -> None:
         """Deliver pending alerts each time a risk run may have raised some."""
-        from pipelines.alerts import send_pending  # Apprise: only in a receiver that applies
-
         while True:
             self._send_wake.wait()
             self._send_wake.clear()
             if self._stop.is_set():
                 return
+            # Apprise, once there is something to send: its import never competes with the
+            # receiver's first acknowledgements
+            from pipelines.alerts import send_pending
+
             try:
                 summary = send_pending(self.warehouse, budget_seconds=SEND_BUDGET_SECONDS)
             except Exception as exc:  # a broken alerts.toml, a locked file: said, retried later
