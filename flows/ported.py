@@ -18,10 +18,7 @@ from prefect import get_run_logger
 from pipelines.config import Warehouse, resolve_warehouse
 
 #: step -> what is not done on a PostgreSQL warehouse yet (the log line's reason)
-NOT_ON_POSTGRES: dict[str, str] = {
-    "alerts": "alerts are raised and sent from DuckDB warehouses only for now",
-    "digest": "the digest reads the alerts of DuckDB warehouses only for now",
-}
+NOT_ON_POSTGRES: dict[str, str] = {}
 
 
 def skipped(step: str, warehouse: str | Warehouse | None) -> bool:

@@ -12,7 +12,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from freetime_cli._common import DuckDbOption, console, fail, out, parse_as_of, quiet_logging
+from freetime_cli._common import (
+    DuckDbOption,
+    WarehouseOption,
+    console,
+    fail,
+    out,
+    parse_as_of,
+    quiet_logging,
+    warehouse_given,
+)
 from pipelines.config import ConfigError
 from pipelines.warehouse import WarehouseError
 
@@ -31,8 +40,8 @@ StateOption = Annotated[
     Path | None,
     typer.Option(
         "--state",
-        help="Delivery state file (env FREETIME_ALERTS_STATE; default alerts.sqlite beside "
-        "the warehouse).",
+        help="Delivery state file of a DuckDB warehouse (env FREETIME_ALERTS_STATE; default "
+        "alerts.sqlite beside it). A PostgreSQL warehouse keeps the state in the database.",
     ),
 ]
 
@@ -102,6 +111,7 @@ def test(
 @app.command("list")
 def list_(
     duckdb: DuckDbOption = None,
+    warehouse: WarehouseOption = None,
     config: ConfigOption = None,
     state: StateOption = None,
     limit: Annotated[int, typer.Option(min=1, help="How many recent alerts.")] = 50,
@@ -114,9 +124,10 @@ def list_(
 
     if status not in (None, "pending", "sent", "failed"):
         fail(f"unknown status {status!r}; use pending, sent or failed")
+    target = warehouse_given(duckdb, warehouse)
     settings = _settings(config)
     try:
-        rows = alert_statuses(duckdb, settings, state_path=state, limit=limit)
+        rows = alert_statuses(target, settings, state_path=state, limit=limit)
     except (ConfigError, WarehouseError) as exc:
         fail(str(exc))
     shown = [r for r in rows if status is None or r.status == status]
@@ -130,6 +141,7 @@ def list_(
 @app.command("send")
 def send(
     duckdb: DuckDbOption = None,
+    warehouse: WarehouseOption = None,
     config: ConfigOption = None,
     state: StateOption = None,
 ) -> None:
@@ -139,11 +151,12 @@ def send(
     from pipelines.alerts import send_pending
 
     quiet_logging()
+    target = warehouse_given(duckdb, warehouse)
     settings = _settings(config)
     if not settings.destinations:
         fail("no destination: set FREETIME_ALERT_URLS or add [[alerts.destinations]]")
     try:
-        summary = send_pending(duckdb, settings, state_path=state, ignore_backoff=True)
+        summary = send_pending(target, settings, state_path=state, ignore_backoff=True)
     except (ConfigError, WarehouseError) as exc:
         fail(str(exc))
     for r in summary.results:
@@ -155,6 +168,7 @@ def send(
 @app.command("digest")
 def digest(
     duckdb: DuckDbOption = None,
+    warehouse: WarehouseOption = None,
     config: ConfigOption = None,
     state: StateOption = None,
     dry_run: Annotated[
@@ -172,9 +186,10 @@ def digest(
 ) -> None:
     """Send the morning digest of each destination that is due (or print it: --dry-run)."""
     from pipelines.alerts.digest import read_at_risk, render_digest, send_digests
-    from pipelines.alerts.state import DeliveryState, default_state_path
+    from pipelines.alerts.state import last_snapshots
 
     quiet_logging()
+    target = warehouse_given(duckdb, warehouse)
     settings = _settings(config)
     try:
         when = parse_as_of(as_of) or datetime.now(UTC)
@@ -184,16 +199,10 @@ def digest(
         fail(f"no destination named {destination!r}")
     try:
         if dry_run:
-            rows = read_at_risk(duckdb)
+            rows = read_at_risk(target)
             dests = [d for d in settings.destinations if destination in (None, d.name)]
-            state_file = state or default_state_path(duckdb)
-            last: dict[str, str] = {}
-            if state_file.exists():  # a dry run writes nothing, not even an empty state
-                with DeliveryState(state_file) as st:
-                    for d in dests:
-                        row = st.last_digest(d.key)
-                        if row:
-                            last[d.key] = row["snapshot"]
+            # a dry run writes nothing, not even an empty state
+            last = last_snapshots(target, state, [d.key for d in dests])
             shown: list[Destination | None] = list(dests) or [None]
             for dest in shown:
                 previous = last.get(dest.key) if dest else None
@@ -203,7 +212,7 @@ def digest(
                 out.print(escape(dg.body), highlight=False, soft_wrap=True)
             return
         results = send_digests(
-            duckdb, settings, state_path=state, now=when, force=force, only=destination
+            target, settings, state_path=state, now=when, force=force, only=destination
         )
     except (ConfigError, WarehouseError) as exc:
         fail(str(exc))

@@ -235,3 +235,183 @@ def test_report_and_evidence_run_on_postgresql_with_duckdbs_answers(
     page = (tmp_path / "report.html").read_text()
     assert "postgresql://postgres:***@" in page and "superpass" not in page
     assert (tmp_path / "cli" / "box.csv").read_text().count("charged_day") > 0
+
+
+# ---- alerts and the digest of the PostgreSQL warehouse (the account above) ------------------
+def _alert_config(path: Path, name: str, url: str, references: list[str]) -> Path:
+    """One destination wanting the alerts of the boxes ``references`` (a few: cheap tests)."""
+    listed = ", ".join(f'"{r}"' for r in references)
+    path.write_text(
+        f'[alerts]\n[[alerts.destinations]]\nname = "{name}"\nurl = "{url}"\n'
+        f"references = [{listed}]\n"
+    )
+    return path
+
+
+def _some_alerts(both: Both, boxes: int) -> tuple[list[str], list[tuple[str, str]]]:
+    """The container numbers of the first ``boxes`` boxes that alerts were raised for, and
+    their alerts ``(alert_key, container_number)``."""
+    rows = both.pg_rows(
+        "SELECT alert_key, container_number FROM analytics.alert_outbox ORDER BY seq"
+    )[1]
+    numbers = list(dict.fromkeys(r[1] for r in rows))[:boxes]
+    return numbers, [(r[0], r[1]) for r in rows if r[1] in numbers]
+
+
+def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: _value(k, v) for k, v in row.items()}
+
+
+def test_the_digest_of_postgresql_is_the_digest_of_duckdb(both: Both, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from freetime_cli.main import app
+    from pipelines.alerts import Destination, Filter, render_digest
+    from pipelines.alerts.digest import read_at_risk
+
+    duck, pg = read_at_risk(both.duck), read_at_risk(both.url)
+    assert len(pg) == len(duck) > 0
+    assert [_plain(r) for r in pg] == [_plain(r) for r in duck]  # the same rows, same order
+    ref = next(r["reference_numbers"][0] for r in duck if r["reference_numbers"])
+    mine = Destination("refs", "json://x/y", filter=Filter(references=(ref.lower(),)))
+    for dest in (None, mine):
+        for fmt in ("text", "email", "chat"):
+            on_pg = render_digest(dest, pg, None, LATER, fmt)
+            assert on_pg == render_digest(dest, duck, None, LATER, fmt), (dest, fmt)
+    assert render_digest(mine, pg, None, LATER).rows >= 1
+
+    # the command, given --warehouse, prints what it prints for the DuckDB file
+    runner, when = CliRunner(), LATER.isoformat()
+    printed = [
+        runner.invoke(app, ["alerts", "digest", "--dry-run", *given, "--as-of", when])
+        for given in (["--duckdb", str(both.duck)], ["--warehouse", both.url])
+    ]
+    assert [r.exit_code for r in printed] == [0, 0], printed[1].output
+    assert printed[1].output == printed[0].output and " at risk: " in printed[0].output
+    assert both.pg_rows("SELECT to_regclass('analytics.alert_digests')")[1] == [(None,)]
+
+
+def test_alerts_raised_on_postgresql_reach_the_inbox_once(
+    both: Both, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from typer.testing import CliRunner
+
+    from freetime_cli.main import app
+    from pipelines.config import Warehouse
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from alerts_servers import start_smtp
+
+    for name in ("FREETIME_ALERT_URLS", "FREETIME_ALERTS_STATE", "FREETIME_WAREHOUSE"):
+        monkeypatch.delenv(name, raising=False)
+    numbers, alerts = _some_alerts(both, 3)
+    raised = [n for _, n in alerts]
+    assert raised  # the risk run on PostgreSQL raised them
+    smtp = start_smtp(tmp_path, "starttls")
+    cfg = _alert_config(tmp_path / "a.toml", "desk", smtp.url(), numbers)
+    given = ["--warehouse", both.url, "--config", str(cfg)]
+    runner = CliRunner()
+    try:
+        first = runner.invoke(app, ["alerts", "send", *given])
+        assert first.exit_code == 0, first.output
+        assert f"{len(raised)} sent, 0 pending" in first.output
+        # FREETIME_WAREHOUSE names it as well as --warehouse does
+        again = runner.invoke(
+            app, ["alerts", "send", "--config", str(cfg)], env={"FREETIME_WAREHOUSE": both.url}
+        )
+        assert again.exit_code == 0 and "0 sent, 0 pending" in again.output
+        subjects = [str(m["subject"]) for m in smtp.messages]
+        assert len(subjects) == len(raised)
+        assert sorted(n for n in raised) == sorted(s.split()[0] for s in subjects)
+        listed = runner.invoke(
+            app, ["alerts", "list", *given, "--status", "sent", "--limit", "5000"]
+        )
+        assert listed.exit_code == 0 and listed.output.count(": sent at ") == len(raised)
+        password = Warehouse.parse(both.url).password
+        assert password and password not in first.output + again.output + listed.output
+        # the state of a PostgreSQL warehouse is in it: a state file is a mistake, said once
+        bad = runner.invoke(app, ["alerts", "send", *given, "--state", str(tmp_path / "s")])
+        assert bad.exit_code == 2 and len(bad.output.strip().splitlines()) == 1, bad.output
+        assert "keeps its delivery state in the database" in bad.output
+    finally:
+        smtp.controller.stop()
+
+
+def test_two_senders_at_once_send_each_alert_once(both: Both, tmp_path: Path) -> None:
+    import sys
+    import threading
+
+    from pipelines.alerts import SendSummary, load_settings, send_pending
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from alerts_servers import start_hooks
+
+    numbers, alerts = _some_alerts(both, 4)
+    keys = [k for k, _ in alerts]
+    hooks = start_hooks()
+    hooks.answer = lambda path: (200, 0.3)  # the senders overlap for the whole pass
+    url = f"json://{hooks.netloc}/hook"
+    settings = load_settings(_alert_config(tmp_path / "a.toml", "hook", url, numbers), env={})
+    start = threading.Barrier(2)
+    results: list[SendSummary] = []
+
+    def sender() -> None:  # a machine of its own: its own sessions of the database
+        start.wait()
+        results.append(send_pending(both.url, settings))
+
+    try:
+        threads = [threading.Thread(target=sender) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        received = [b["idempotency_key"] for b in hooks.bodies("/hook")]
+        assert sorted(received) == sorted(keys) and len(set(received)) == len(keys)
+        assert sorted(s.sent for s in results) == [0, len(keys)]
+    finally:
+        hooks.close()
+
+
+def test_the_digest_flow_sends_the_digest_of_postgresql_once_a_day(
+    both: Both, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_harness: None
+) -> None:
+    import sys
+    import threading
+
+    from flows.alerts import digest
+    from pipelines.alerts import load_settings, send_digests
+    from pipelines.config import Warehouse
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from alerts_servers import start_smtp
+
+    smtp = start_smtp(tmp_path, "ssl")
+    cfg = tmp_path / "a.toml"
+    cfg.write_text(f'[alerts]\n[[alerts.destinations]]\nname = "mail"\nurl = "{smtp.url()}"\n')
+    monkeypatch.setenv("FREETIME_ALERTS_CONFIG", str(cfg))
+    monkeypatch.delenv("FREETIME_ALERT_URLS", raising=False)
+    monkeypatch.setenv("FREETIME_WAREHOUSE", both.url)  # the worker's setting
+    shown = Warehouse.parse(both.url).display  # a flow parameter: the password masked
+    try:
+        lines = digest(shown, as_of=LATER)
+        assert len(lines) == 1 and "digest sent" in lines[0] and len(smtp.messages) == 1
+        assert digest(shown, as_of=LATER) == []  # once a local day
+        # the next day, two digest runs at once (two workers): one digest
+        settings, results = load_settings(cfg), []
+        start = threading.Barrier(2)
+
+        def run() -> None:
+            start.wait()
+            results.append(send_digests(both.url, settings, now=LATER + timedelta(days=1)))
+
+        threads = [threading.Thread(target=run) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sorted(len(r) for r in results) == [0, 1] and len(smtp.messages) == 2
+        assert "newly at risk" in str(smtp.messages[1])
+    finally:
+        smtp.controller.stop()

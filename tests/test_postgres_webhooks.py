@@ -2,7 +2,8 @@
 
 - the sandbox delivers to ``freetime webhooks serve`` (warehouse from ``FREETIME_WAREHOUSE``)
   after its clock moves: every notification is in the PostgreSQL warehouse and the risk rows of
-  every container are republished within 10 s;
+  every container are republished within 10 s, and the alerts that risk raised reach the
+  receiver's alert webhook once each;
 - while another writer holds the advisory lock, deliveries are acknowledged at once and applied
   once it lets go;
 - ``freetime webhooks apply --warehouse URL`` applies an inbox in one transaction per batch,
@@ -57,7 +58,10 @@ def _rows(url: str, sql: str) -> list[tuple[Any, ...]]:
 def test_the_receiver_applies_into_postgresql_and_risk_follows_within_10s(
     pg_database: str, tmp_path: Path
 ) -> None:
+    from tests.alerts_servers import start_hooks
+
     inbox = tmp_path / "inbox.sqlite"
+    alert_hook = start_hooks()
     with SandboxProcess(
         containers=200, seed=31, rate_limit=100, webhook_backoff=0.2, webhook_timeout=5
     ) as sb:
@@ -71,7 +75,11 @@ def test_the_receiver_applies_into_postgresql_and_risk_follows_within_10s(
             inbox,
             port=port,
             warehouse=pg_database,
-            env={"TERMINAL49_API_KEY": sb.api_key, "TERMINAL49_BASE_URL": sb.base_url},
+            env={
+                "TERMINAL49_API_KEY": sb.api_key,
+                "TERMINAL49_BASE_URL": sb.base_url,
+                "FREETIME_ALERT_URLS": f"json://{alert_hook.netloc}/alerts",
+            },
             stderr=log,
         )
         try:
@@ -97,7 +105,19 @@ def test_the_receiver_applies_into_postgresql_and_risk_follows_within_10s(
 
             took += _within(10, risk_follows, "risk republished over every container")
             print(f"{len(delivered)} notifications applied and risk republished in {took:.1f}s")
+
+            def alerts_sent() -> bool:
+                raised = _rows(pg_database, "SELECT alert_key FROM analytics.alert_outbox")
+                sent = {b["idempotency_key"] for b in alert_hook.bodies("/alerts")}
+                return bool(raised) and sent == {r[0] for r in raised}
+
+            # six hours moved some box into risk: its alerts reach the receiver's webhook
+            _within(60, alerts_sent, "the raised alerts at the alert webhook")
+            time.sleep(0.5)  # a copy would come now
+            sent = [b["idempotency_key"] for b in alert_hook.bodies("/alerts")]
+            assert len(sent) == len(set(sent))
         finally:
+            alert_hook.close()
             proc.terminate()
             proc.wait(timeout=30)
             sb.delete_webhook(hook["id"])

@@ -5,6 +5,8 @@
 - :mod:`~pipelines.alerts.sender`: delivers the outbox through Apprise, each destination on its
   own, marking each alert sent only after its channel accepted it.
 - :mod:`~pipelines.alerts.digest`: the morning digest per destination.
+- :mod:`~pipelines.alerts.state`: the delivery state, a file beside a DuckDB warehouse or
+  tables in a PostgreSQL one (:mod:`~pipelines.alerts.pgstate`, shared by every machine).
 - :mod:`~pipelines.alerts.config`: thresholds, destinations and filters (``data/alerts.toml``,
   ``FREETIME_ALERT_URLS``).
 

@@ -6,7 +6,10 @@ under 1 MB; chat channels get a summary: counts, changes and the most urgent box
 :data:`CHAT_BUDGET` characters, pointing to the email digest and ``freetime risk`` for the rest.
 
 A digest is due once per local day of the destination's zone, at or after its ``digest_time``;
-what it showed is kept (``digests`` in the state file) for the next one's "changed since".
+what it showed is kept (``digests`` in the delivery state) for the next one's "changed since".
+The warehouse is a DuckDB file or a PostgreSQL database: the same rows are read from either, and
+on PostgreSQL a destination's digest is sent by one sender at a time across machines (the
+destination's digest lock), so two digest runs at once send it once.
 """
 
 from __future__ import annotations
@@ -23,13 +26,15 @@ from zoneinfo import ZoneInfo
 
 from pipelines.alerts.config import AlertSettings, Destination, load_settings
 from pipelines.alerts.messages import days_left, holds_text, money
+from pipelines.alerts.outbox import WarehouseArg
 from pipelines.alerts.rules import references_sql
-from pipelines.alerts.sender import Deliver, deliver
-from pipelines.alerts.state import DeliveryState, default_state_path
+from pipelines.alerts.sender import LOCK_WAIT_SECONDS, Deliver, deliver
+from pipelines.alerts.state import open_state
 from pipelines.analytics.publish import URGENCY_ORDER
 from pipelines.analytics.risk import AT_RISK_LEVELS
 from pipelines.config import ANALYTICS_SCHEMA as A
-from pipelines.config import resolve_duckdb_path
+from pipelines.config import DATASET as T
+from pipelines.config import resolve_warehouse
 from pipelines.warehouse import WarehouseMissing, reading, table_names
 
 EMAIL_TABLE_BUDGET = 350_000
@@ -56,21 +61,62 @@ DIGEST_COLUMNS = (
 COLUMNS = ("container", "level", "LFD", "days", "terminal", "holds", "projected", "reason")
 
 
-def read_at_risk(duckdb_path: str | Path | None) -> list[dict[str, Any]]:
-    """The published at-risk rows, most urgent first, with ``reference_numbers`` for the
-    filters. Raises WarehouseMissing when no risk was published yet."""
-    path = resolve_duckdb_path(duckdb_path)
-    with reading(path) as con:
-        if "demurrage_risk" not in table_names(con, A):
-            raise WarehouseMissing(f"no {A}.demurrage_risk in {path}: run `freetime risk` first")
-        con.execute("SET TimeZone = 'UTC'")
-        levels = ", ".join(f"'{lv}'" for lv in AT_RISK_LEVELS)
-        cols = ", ".join(f"r.{c}" for c in DIGEST_COLUMNS)
-        cur = con.execute(
-            f"SELECT {cols}, refs.reference_numbers FROM {A}.demurrage_risk r "
-            f"LEFT JOIN ({references_sql(con)}) refs USING (container_id) "
-            f"WHERE risk_level IN ({levels}) {URGENCY_ORDER}"
+def _at_risk_sql(references: str) -> str:
+    levels = ", ".join(f"'{lv}'" for lv in AT_RISK_LEVELS)
+    cols = ", ".join(f"r.{c}" for c in DIGEST_COLUMNS)
+    return (
+        f"SELECT {cols}, refs.reference_numbers FROM {A}.demurrage_risk r "
+        f"LEFT JOIN ({references}) refs USING (container_id) "
+        f"WHERE risk_level IN ({levels}) {URGENCY_ORDER}"
+    )
+
+
+def pg_references_sql(containers: Sequence[str], shipments: Sequence[str]) -> str:
+    """:func:`pipelines.alerts.rules.references_sql` in PostgreSQL's SQL (``containers`` and
+    ``shipments``: the columns those tables have): the text of each JSON list element."""
+
+    def refs(column: str) -> str:
+        value = f"CAST({column} AS jsonb)"
+        return (
+            f"ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof({value}) = 'array' "
+            f"THEN {value} ELSE '[]'::jsonb END))"
         )
+
+    c_refs = refs("c.ref_numbers") if "ref_numbers" in containers else "ARRAY[]::text[]"
+    s_refs, join = "ARRAY[]::text[]", ""
+    if "ref_numbers" in shipments and "shipment_id" in containers:
+        s_refs = refs("s.ref_numbers")
+        join = f"LEFT JOIN {T}.shipments s ON s.id = c.shipment_id"
+    return (
+        f"SELECT c.id AS container_id, {c_refs} || {s_refs} AS reference_numbers "
+        f"FROM {T}.containers c {join}"
+    )
+
+
+def read_at_risk(warehouse: WarehouseArg) -> list[dict[str, Any]]:
+    """The published at-risk rows, most urgent first, with ``reference_numbers`` for the
+    filters, from a DuckDB or PostgreSQL warehouse (the same rows from either). Raises
+    WarehouseMissing when no risk was published yet."""
+    wh = resolve_warehouse(warehouse)
+    missing = f"no {A}.demurrage_risk in {wh.display}: run `freetime risk` first"
+    if wh.is_postgres:
+        from pipelines.pg.read import frame, has_table
+        from pipelines.pg.read import reading as pg_reading
+        from pipelines.pg.views import columns_of
+
+        with pg_reading(wh) as cur:
+            if not has_table(cur, A, "demurrage_risk"):
+                raise WarehouseMissing(missing)
+            refs = pg_references_sql(
+                list(columns_of(cur, T, "containers")), list(columns_of(cur, T, "shipments"))
+            )
+            return frame(cur, _at_risk_sql(refs)).to_dicts()
+    assert wh.path is not None
+    with reading(wh.path) as con:
+        if "demurrage_risk" not in table_names(con, A):
+            raise WarehouseMissing(missing)
+        con.execute("SET TimeZone = 'UTC'")
+        cur = con.execute(_at_risk_sql(references_sql(con)))
         names = [d[0] for d in cur.description or []]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
@@ -295,7 +341,7 @@ class DigestResult:
 
 
 def send_digests(
-    duckdb_path: str | Path | None = None,
+    warehouse: WarehouseArg = None,
     settings: AlertSettings | None = None,
     *,
     state_path: str | Path | None = None,
@@ -305,15 +351,19 @@ def send_digests(
     send: Deliver = deliver,
 ) -> list[DigestResult]:
     """Send each destination's digest that is due (``force``: now, whatever the hour; ``only``:
-    that destination). A failed send is not recorded, so the next run retries it."""
+    that destination). A failed send is not recorded, so the next run retries it. A digest that
+    another sender is sending, or sent meanwhile, is left to it (not in the result)."""
     settings = settings or load_settings()
     now = now or datetime.now(UTC)
-    state = Path(state_path) if state_path else default_state_path(duckdb_path)
+    wh = resolve_warehouse(warehouse)
+    state = Path(state_path) if state_path else None
     dests = [d for d in settings.destinations if only is None or d.name == only]
+    if not dests:
+        return []  # nothing to send: no state file or table is created
     out: list[DigestResult] = []
     todo: list[DigestResult] = []
     rows: list[dict[str, Any]] | None = None
-    with DeliveryState(state) as st:
+    with open_state(wh, state) as st:
         for d in dests:
             last = st.last_digest(d.key)
             if d.error:
@@ -322,22 +372,27 @@ def send_digests(
             if not force and not due(d, now, last["local_date"] if last else None):
                 continue
             if rows is None:
-                rows = read_at_risk(duckdb_path)
+                rows = read_at_risk(wh)
             dg = render_digest(d, rows, last["snapshot"] if last else None, now)
             todo.append(DigestResult(d.name, d.label, dg))
-        by_name = {d.name: d for d in dests}
+    by_name = {d.name: d for d in dests}
 
-        def one(r: DigestResult) -> DigestResult:
-            assert r.digest is not None
-            r.error = send(
-                by_name[r.destination], r.digest.title, r.digest.body, r.digest.body_format, None
-            )
-            return r
+    def one(r: DigestResult) -> DigestResult | None:
+        dest, dg = by_name[r.destination], r.digest
+        assert dg is not None
+        with (
+            open_state(wh, state) as mine,
+            mine.exclusive(f"digest {dest.key}", LOCK_WAIT_SECONDS) as held,
+        ):
+            last = mine.last_digest(dest.key) if held else None
+            if not held or not (force or due(dest, now, last["local_date"] if last else None)):
+                return None  # another sender has it, or sent it meanwhile
+            r.error = send(dest, dg.title, dg.body, dg.body_format, None)
+            if r.error is None:
+                mine.digest_sent(dest.key, dg.local_date, now, dg.snapshot)
+        return r
 
-        # each destination on its own: a slow channel delays only its own digest
-        with ThreadPoolExecutor(max_workers=max(len(todo), 1)) as pool:
-            for r in pool.map(one, todo):
-                if r.error is None and r.digest is not None:
-                    st.digest_sent(r.destination, r.digest.local_date, now, r.digest.snapshot)
-                out.append(r)
+    # each destination on its own: a slow channel delays only its own digest
+    with ThreadPoolExecutor(max_workers=max(len(todo), 1)) as pool:
+        out += [r for r in pool.map(one, todo) if r is not None]
     return out

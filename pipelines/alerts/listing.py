@@ -8,8 +8,9 @@ from typing import Any
 
 from pipelines.alerts.config import AlertSettings
 from pipelines.alerts.messages import alert_title
-from pipelines.alerts.outbox import recent_alerts
-from pipelines.alerts.state import DeliveryState, default_state_path
+from pipelines.alerts.outbox import WarehouseArg, recent_alerts
+from pipelines.alerts.state import open_state
+from pipelines.config import resolve_warehouse
 
 
 @dataclass
@@ -32,7 +33,7 @@ class AlertStatus:
 
 
 def alert_statuses(
-    duckdb_path: str | Path | None,
+    warehouse: WarehouseArg,
     settings: AlertSettings,
     *,
     state_path: str | Path | None = None,
@@ -40,9 +41,9 @@ def alert_statuses(
 ) -> list[AlertStatus]:
     """The ``limit`` most recent alerts (newest first) times the destinations that want them
     (an alert no destination wants is listed once, ``not routed``)."""
-    alerts = recent_alerts(duckdb_path, limit)
-    state = Path(state_path) if state_path else default_state_path(duckdb_path)
-    with DeliveryState(state) as st:
+    wh = resolve_warehouse(warehouse)
+    alerts = recent_alerts(wh, limit)
+    with open_state(wh, state_path, create=False) as st:
         known = st.destinations()
         sent = st.deliveries([int(a["seq"]) for a in alerts])
     out: list[AlertStatus] = []

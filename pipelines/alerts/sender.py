@@ -2,13 +2,19 @@
 
 :func:`send_pending` reads the new outbox rows once (a short read-only connection), then each
 destination works through them on its own: a slow or dead channel delays only itself. An alert
-is marked sent (:class:`~pipelines.alerts.state.DeliveryState`) only after Apprise reports
-that the channel accepted it. The first failure stops that destination for this pass and sets
-its back-off (doubling from ``retry_seconds`` up to ``retry_max_seconds``); its alerts stay
-pending and the next pass resumes from the first one not sent. A sender killed between a
-channel's acceptance and the mark sends that one alert again to that destination on restart;
-the generic JSON webhook carries ``idempotency_key`` (and an ``Idempotency-Key`` header) so a
-receiver can drop the copy.
+is marked sent (the delivery state, :func:`~pipelines.alerts.state.open_state`: a file beside a
+DuckDB warehouse, tables in a PostgreSQL one) only after Apprise reports that the channel
+accepted it. On PostgreSQL a destination is served by one sender at a time across machines
+(its advisory lock, :meth:`~pipelines.alerts.pgstate.PgDeliveryState.exclusive`): a second
+sender waits up to :data:`LOCK_WAIT_SECONDS` for the first to finish, then sends only what is
+left, so two senders never send one alert twice.
+
+The first failure stops that destination for this pass and sets its back-off (doubling from
+``retry_seconds`` up to ``retry_max_seconds``); its alerts stay pending and the next pass
+resumes from the first one not sent. A sender killed between a channel's acceptance and the
+mark sends that one alert again to that destination on restart; the generic JSON webhook
+carries ``idempotency_key`` (and an ``Idempotency-Key`` header) so a receiver can drop the
+copy.
 """
 
 from __future__ import annotations
@@ -27,10 +33,14 @@ from urllib.parse import quote
 
 from pipelines.alerts.config import AlertSettings, Destination, load_settings, scrub
 from pipelines.alerts.messages import alert_body, alert_title, json_fields
-from pipelines.alerts.outbox import read_alerts, start_cursor
-from pipelines.alerts.state import DeliveryState, default_state_path
+from pipelines.alerts.outbox import WarehouseArg, read_alerts, start_cursor
+from pipelines.alerts.state import open_state
+from pipelines.config import Warehouse, resolve_warehouse
 
 log = logging.getLogger("freetime.alerts")
+
+#: How long a sender waits for another one serving the same destination (PostgreSQL).
+LOCK_WAIT_SECONDS = 30.0
 
 #: ``deliver(destination, title, body, body_format, json_extras)`` -> None or why it failed.
 Deliver = Callable[[Destination, str, str, str, Mapping[str, str] | None], str | None]
@@ -123,9 +133,12 @@ class DestinationResult:
     pending: int = 0
     error: str | None = None
     waiting_until: datetime | None = None  # in back-off, not tried this pass
+    busy: bool = False  # another sender was serving it for longer than LOCK_WAIT_SECONDS
 
     def line(self) -> str:
         """One line for a log or the console (the URL masked)."""
+        if self.busy:
+            return f"{self.label}: another sender is delivering its alerts"
         if self.error:
             return f"{self.label}: not delivered ({self.pending} pending): {self.error}"
         if self.waiting_until:
@@ -166,7 +179,8 @@ def _one_destination(
     dest: Destination,
     alerts: Sequence[Mapping[str, Any]],
     settings: AlertSettings,
-    state_path: Path,
+    warehouse: Warehouse,
+    state_path: Path | None,
     start: int,
     now: datetime,
     deadline: float | None,
@@ -174,7 +188,14 @@ def _one_destination(
     send: Deliver,
 ) -> DestinationResult:
     result = DestinationResult(dest.name, dest.label)
-    with DeliveryState(state_path) as st:
+    wait = LOCK_WAIT_SECONDS
+    if deadline is not None:
+        wait = max(min(wait, deadline - time.monotonic()), 0.0)
+    with open_state(warehouse, state_path) as st, st.exclusive(dest.key, wait) as mine:
+        if not mine:
+            result.busy = True
+            return result
+        # read under the lock: what another sender marked meanwhile is not sent again
         row = st.register(dest.key, dest.masked, start)
         cursor = int(row["cursor"])
         sent = st.sent_seqs(dest.key, cursor)
@@ -223,7 +244,7 @@ def _one_destination(
 
 
 def send_pending(
-    duckdb_path: str | Path | None = None,
+    warehouse: WarehouseArg = None,
     settings: AlertSettings | None = None,
     *,
     state_path: str | Path | None = None,
@@ -234,25 +255,31 @@ def send_pending(
 ) -> SendSummary:
     """Deliver the outbox's pending alerts to every configured destination, concurrently.
 
+    ``warehouse``: a DuckDB path, a ``postgresql://`` URL or a :class:`Warehouse` (None: the
+    configured one); ``state_path``: the state file of a DuckDB warehouse (ConfigError for a
+    PostgreSQL one, whose state is in the database).
+
     ``budget_seconds``: no new message is started after it (the flows bound a pass so a slow
     channel never holds up the next run; what is left waits for the next pass).
     ``ignore_backoff``: try destinations in back-off now (``freetime alerts send``).
-    Raises AlertConfigError (unreadable alerts.toml), WarehouseMissing / WarehouseLocked.
+    Raises AlertConfigError (unreadable alerts.toml), ConfigError, WarehouseMissing /
+    WarehouseLocked / WarehouseUnusable.
     A destination that fails does not raise: its :class:`DestinationResult` says why.
     """
     started = time.monotonic()
     settings = settings or load_settings()
     now = now or datetime.now(UTC)
-    state = Path(state_path) if state_path else default_state_path(duckdb_path)
+    wh = resolve_warehouse(warehouse)
+    state = Path(state_path) if state_path else None
     if not settings.destinations:
         return SendSummary()
-    with DeliveryState(state) as st:
+    with open_state(wh, state) as st:
         known = st.destinations()
     cursors = [int(known[d.key]["cursor"]) for d in settings.destinations if d.key in known]
     new = [d for d in settings.destinations if d.key not in known]
-    start = start_cursor(duckdb_path, now) if new else 0
+    start = start_cursor(wh, now) if new else 0
     low = min([*cursors, *([start] if new else [])])
-    alerts = read_alerts(duckdb_path, after_seq=low)
+    alerts = read_alerts(wh, after_seq=low)
     deadline = started + budget_seconds if budget_seconds is not None else None
     with ThreadPoolExecutor(max_workers=len(settings.destinations)) as pool:
         futures = [
@@ -261,6 +288,7 @@ def send_pending(
                 d,
                 alerts,
                 settings,
+                wh,
                 state,
                 start,
                 now,

@@ -1,24 +1,27 @@
-"""Delivery state: which destination got which alert and digest, in an SQLite file beside the
-warehouse (env ``FREETIME_ALERTS_STATE``, default ``alerts.sqlite``).
+"""Delivery state: which destination got which alert and digest.
 
-The outbox itself lives in the warehouse (``analytics.alert_outbox``, written with the risk);
-what the sender writes lives here, so that marking a message sent never waits for the
-warehouse's single writer and a load never waits for a slow channel. Every mark is its own
-committed transaction (WAL), written right after the channel accepted the message: a sender
-killed between the two sends that one message again on restart, nothing more.
+On a DuckDB warehouse it is an SQLite file beside the warehouse (env ``FREETIME_ALERTS_STATE``,
+default ``alerts.sqlite``): the outbox lives in the warehouse (``analytics.alert_outbox``,
+written with the risk), what the sender writes lives here, so that marking a message sent never
+waits for the warehouse's single writer and a load never waits for a slow channel. On a
+PostgreSQL warehouse it is kept in the database itself (:mod:`pipelines.alerts.pgstate`), shared
+by the senders of every machine. :func:`open_state` picks the one of a warehouse.
+
+Every mark is its own committed transaction, written right after the channel accepted the
+message: a sender killed between the two sends that one message again on restart, nothing more.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from pipelines.config import ConfigError, resolve_duckdb_path
+from pipelines.config import ConfigError, Warehouse, resolve_duckdb_path, resolve_warehouse
 
 STATE_ENV = "FREETIME_ALERTS_STATE"
 
@@ -61,6 +64,84 @@ def iso(at: datetime) -> str:
     return at.astimezone(UTC).isoformat(timespec="seconds")
 
 
+class StateStore(Protocol):
+    """What the sender, the digest and ``alerts list`` need of a delivery state (the rows are
+    dicts with the columns of :data:`SCHEMA`, instants and dates as ISO text)."""
+
+    def close(self) -> None: ...
+    def __enter__(self) -> StateStore: ...
+    def __exit__(self, *exc: object) -> None: ...
+    def exclusive(self, name: str, wait_seconds: float) -> AbstractContextManager[bool]: ...
+    def destination(self, key: str) -> dict[str, Any] | None: ...
+    def destinations(self) -> dict[str, dict[str, Any]]: ...
+    def register(self, key: str, label: str, cursor: int) -> dict[str, Any]: ...
+    def advance(self, key: str, cursor: int) -> None: ...
+    def failed(self, key: str, error: str, retry_at: datetime, now: datetime) -> int: ...
+    def recovered(self, key: str) -> None: ...
+    def mark_sent(self, key: str, seq: int, alert_key: str, at: datetime) -> None: ...
+    def sent_seqs(self, key: str, after: int) -> set[int]: ...
+    def deliveries(self, seqs: list[int]) -> dict[int, dict[str, str]]: ...
+    def last_digest(self, key: str) -> dict[str, Any] | None: ...
+    def digest_sent(self, key: str, local_date: str, at: datetime, snapshot: str) -> None: ...
+
+
+def _no_file(state_path: str | os.PathLike[str] | None) -> None:
+    """A PostgreSQL warehouse keeps its state in the database, shared by every machine: a
+    state file named for it is a mistake (ConfigError), not something to ignore."""
+    if state_path is not None:
+        raise ConfigError(
+            "--state names the delivery state file of a DuckDB warehouse; a PostgreSQL "
+            "warehouse keeps its delivery state in the database"
+        )
+
+
+def _state_file(warehouse: Warehouse, state_path: str | os.PathLike[str] | None) -> Path:
+    return Path(state_path) if state_path else default_state_path(warehouse.path)
+
+
+def open_state(
+    warehouse: str | os.PathLike[str] | Warehouse | None,
+    state_path: str | os.PathLike[str] | None = None,
+    *,
+    create: bool = True,
+) -> StateStore:
+    """The delivery state of ``warehouse`` (a path, a URL or a :class:`Warehouse`; None: the
+    configured one): the SQLite file (``state_path``, else :func:`default_state_path`), or
+    the state tables of a PostgreSQL warehouse (``create=False``: not created when missing,
+    read as empty: a role that may only read lists alerts). One per thread. ConfigError when it
+    cannot be used (``state_path`` given for PostgreSQL included); WarehouseUnusable when the server
+    refuses."""
+    wh = resolve_warehouse(warehouse)
+    if wh.is_postgres:
+        _no_file(state_path)
+        from pipelines.alerts.pgstate import PgDeliveryState
+
+        return PgDeliveryState(wh, create=create)
+    return DeliveryState(_state_file(wh, state_path))
+
+
+def last_snapshots(
+    warehouse: str | os.PathLike[str] | Warehouse | None,
+    state_path: str | os.PathLike[str] | None,
+    keys: Iterable[str],
+) -> dict[str, str]:
+    """``{destination key: what its last digest showed}``, writing nothing (no state file or
+    table is created): for ``freetime alerts digest --dry-run``."""
+    wh = resolve_warehouse(warehouse)
+    if wh.is_postgres:
+        _no_file(state_path)
+        from pipelines.alerts.pgstate import PgDeliveryState
+
+        store: StateStore | None = PgDeliveryState(wh, create=False)
+    else:
+        path = _state_file(wh, state_path)
+        store = DeliveryState(path) if path.exists() else None
+    if store is None:
+        return {}
+    with store:
+        return {k: str(row["snapshot"]) for k in keys if (row := store.last_digest(k))}
+
+
 class DeliveryState:
     """One connection to the state file (one per thread: SQLite connections are not shared)."""
 
@@ -83,6 +164,11 @@ class DeliveryState:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextmanager
+    def exclusive(self, name: str, wait_seconds: float) -> Iterator[bool]:
+        """A state file serves one machine's senders: no lock (always True)."""
+        yield True
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

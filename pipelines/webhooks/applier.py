@@ -12,7 +12,7 @@ warehouse):
   second for a large account), under the writer lock too;
 - the warehouse is a DuckDB file or a PostgreSQL database (:class:`~pipelines.config.Warehouse`):
   on PostgreSQL each batch and each risk run is one transaction under the writers' advisory
-  lock (:mod:`pipelines.pg.lock`); alerts are delivered from a DuckDB warehouse only for now;
+  lock (:mod:`pipelines.pg.lock`), and its alerts are delivered as on DuckDB;
 - storing and acknowledging never wait for it: it runs beside the receiver's event loop, and
   a failure (a warehouse locked by a notebook, an API down) is reported in one line and
   retried later; nothing stored is lost (the inbox keeps it until applied);
@@ -90,8 +90,7 @@ class Applier:
         self.gather_seconds = gather_seconds
         self.retry_seconds = retry_seconds
         self.risk = risk
-        # the alerts' outbox is a DuckDB table today
-        self.alerts = alerts and risk and not self.warehouse.is_postgres
+        self.alerts = alerts and risk
         self.report = report
         self._state = ApplierState()
         self._wake = threading.Event()
@@ -220,15 +219,17 @@ class Applier:
 
     def _send(self) -> None:
         """Deliver pending alerts each time a risk run may have raised some."""
-        from pipelines.alerts import send_pending  # Apprise: only in a receiver that applies
-
         while True:
             self._send_wake.wait()
             self._send_wake.clear()
             if self._stop.is_set():
                 return
+            # Apprise, once there is something to send: its import never competes with the
+            # receiver's first acknowledgements
+            from pipelines.alerts import send_pending
+
             try:
-                summary = send_pending(self.duckdb_path, budget_seconds=SEND_BUDGET_SECONDS)
+                summary = send_pending(self.warehouse, budget_seconds=SEND_BUDGET_SECONDS)
             except Exception as exc:  # a broken alerts.toml, a locked file: said, retried later
                 self.report(f"alerts not sent: {exc}")
                 continue
