@@ -483,9 +483,13 @@ def test_the_example_files_import_as_the_same_invoices(base: Path, tmp_path: Pat
     assert set(rows) == {"HT-2030-0117", "EG-D-55120"}
 
 
-def test_postgres_is_refused_in_one_line() -> None:
-    r = run("invoices", "audit", "--duckdb", "postgresql://u@localhost/db")
-    assert r.exit_code == 2 and "DuckDB warehouse only" in r.stderr
+def test_an_unreachable_postgresql_warehouse_is_one_line() -> None:
+    r = run("invoices", "audit", "--warehouse", "postgresql://u:pw-Not-Shown@127.0.0.1:1/db")
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert r.stderr.startswith("error: cannot connect to the warehouse postgresql://u:***@")
+    assert len(r.stderr.strip().splitlines()) == 1 and "pw-Not-Shown" not in r.output
+    both = run("invoices", "audit", "--warehouse", "postgresql://u@h/db", "--duckdb", "x.duckdb")
+    assert both.exit_code == 2 and "not both" in both.stderr
 
 
 # -- the dispute package ---------------------------------------------------------------------
