@@ -366,3 +366,32 @@ def test_the_sync_flows_audit_step_runs_on_postgresql(both: Both, prefect_harnes
     assert summary is not None and pending_audit(both.url) == 0
     audit_only(str(both.duck))
     both.assert_same(AUDIT)
+
+
+def test_an_import_waits_for_another_writer_of_the_database(
+    both: Both, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer holds the writers' advisory lock (a session of another process, as a
+    load on another machine would): the import waits, then gives up in one line."""
+    from pipelines.pg.lock import WRITER_KEY
+
+    monkeypatch.setenv("FREETIME_WRITER_WAIT", "1")
+    other = psycopg2.connect(both.url)
+    other.autocommit = True
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s)", [WRITER_KEY])
+        r = run(
+            "invoices",
+            "import",
+            str(both.folder / "invoices.csv"),
+            "--warehouse",
+            both.url,
+            "--as-of",
+            TODAY,
+        )
+    finally:
+        other.close()
+    assert r.exit_code == 2, r.output
+    (error,) = r.stderr.strip().splitlines()
+    assert error.startswith("error: the warehouse is being written by another writer")
