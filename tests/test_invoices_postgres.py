@@ -395,3 +395,34 @@ def test_an_import_waits_for_another_writer_of_the_database(
     assert r.exit_code == 2, r.output
     (error,) = r.stderr.strip().splitlines()
     assert error.startswith("error: the warehouse is being written by another writer")
+
+
+def test_the_evidence_copy_is_taken_in_the_readers_snapshot(both: Both) -> None:
+    """The dispute's timelines and the tool's evidence are copied in the snapshot of the
+    transaction that read the audit: a history row committed in between is in neither."""
+    from pipelines.config import Warehouse
+    from pipelines.invoices.access import evidence_connection, reader
+
+    warehouse = Warehouse.parse(both.url)
+    count = "SELECT count(*) FROM terminal49.history WHERE field = 'test_only'"
+    insert = (
+        "INSERT INTO terminal49.history (entity, entity_id, field, observed_at, how) "
+        "SELECT 'container', id, 'test_only', now(), 'full' FROM terminal49.containers "
+        "WHERE number = 'TGHU9547300'"
+    )
+    other = psycopg2.connect(both.url)
+    try:
+        with reader(warehouse) as con:
+            con.execute("SELECT count(*) FROM terminal49.invoices").fetchall()  # the snapshot
+            with other.cursor() as cur:
+                cur.execute(insert)
+            other.commit()
+            with evidence_connection(warehouse, ["TGHU9547300"], within=con) as shared:
+                assert shared.execute(count).fetchall() == [(0,)]
+        with evidence_connection(warehouse, ["TGHU9547300"]) as fresh:
+            assert fresh.execute(count).fetchall() == [(1,)]
+    finally:
+        with other.cursor() as cur:
+            cur.execute("DELETE FROM terminal49.history WHERE field = 'test_only'")
+        other.commit()
+        other.close()

@@ -159,12 +159,17 @@ def insert_rows(con: Con, table: str, names: list[str], rows: list[list[Any]]) -
 
 @contextlib.contextmanager
 def evidence_connection(
-    warehouse: Warehouse, containers: list[str], timeout_seconds: float | None = None
+    warehouse: Warehouse,
+    containers: list[str],
+    timeout_seconds: float | None = None,
+    within: Con | None = None,
 ) -> Iterator[Any]:
     """A DuckDB connection the evidence's SQL (:func:`pipelines.history.evidence.gather`)
     reads for ``containers``: on PostgreSQL an in-memory copy of their rows, taken in one
     read-only snapshot (:func:`pipelines.pg.read.container_copy`; every statement stopped after
-    ``timeout_seconds`` when given). A DuckDB warehouse is read directly."""
+    ``timeout_seconds`` when given), the snapshot of ``within`` (an open PostgreSQL
+    transaction) when given, so that the copy and what ``within`` read are one state. A DuckDB
+    warehouse is read directly."""
     if warehouse.path is not None:
         from pipelines.warehouse import reading
 
@@ -173,7 +178,11 @@ def evidence_connection(
         return
     from pipelines.pg import read
 
-    with read.reading(warehouse) as cur:
+    shared = None
+    if within is not None:
+        row = within.execute("SELECT pg_export_snapshot()").fetchone()
+        shared = str(row[0]) if row else None
+    with read.reading(warehouse, shared) as cur:
         if timeout_seconds is not None:
             cur.execute(
                 f"SELECT set_config('statement_timeout', '{int(timeout_seconds * 1000)}ms', true)"

@@ -6,7 +6,8 @@ evidence's timeline, :mod:`pipelines.history.evidence`), the amounts, and what f
 know. CSV rows: ``section, line, code, item, value, observed_at, how, notification_id``.
 
 On PostgreSQL the audit reads the live warehouse (a read-only transaction) and the timelines
-come from an in-memory copy of the invoice's containers (:func:`.access.evidence_connection`).
+come from an in-memory copy of the invoice's containers taken in the same snapshot
+(:func:`.access.evidence_connection`).
 """
 
 from __future__ import annotations
@@ -222,7 +223,9 @@ def write_dispute(
             con,
             number,
             issuer,
-            (lambda numbers: evidence_connection(chosen, numbers)) if chosen.is_postgres else None,
+            (lambda numbers: evidence_connection(chosen, numbers, within=con))
+            if chosen.is_postgres
+            else None,
         )
     out.parent.mkdir(parents=True, exist_ok=True)
     sheet = out.with_suffix(".csv")

@@ -310,9 +310,14 @@ def build_server(
         def gather(snap: View) -> dict[str, Any]:
             if isinstance(snap, Snapshot):
                 ev = evidence.gather(snap.con, container, load_tariffs())
-            else:  # PostgreSQL: the box's rows, copied from a read-only snapshot of its own
+            else:  # PostgreSQL: the box's rows, copied in the call's snapshot
                 assert isinstance(rd, PgReader)
-                with evidence_connection(rd.warehouse, [container], rd.timeout_seconds) as con:
+                with (
+                    snap.con.cursor() as cur,
+                    evidence_connection(
+                        rd.warehouse, [container], rd.timeout_seconds, within=cur
+                    ) as con,
+                ):
                     ev = evidence.gather(con, container, load_tariffs())
             return {
                 "container": container,
