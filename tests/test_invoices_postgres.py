@@ -35,16 +35,16 @@ from psycopg2.extras import Json, execute_values
 
 from pipelines.analytics.publish import publish_risk
 from tests.test_invoices import (
+    BEFORE_FIRST_SEEN,
+    BILLED_TWICE,
     CONTACT,
     DETENTION_OK,
     DETENTION_TIERS,
     EMCU,
     EMCU_DETENTION_FREE,
-    EVERGREEN,
     HEADER,
     HOLD,
     HUSKY,
-    OOCU,
     TARIFFS,
     TGHU,
     line,
@@ -60,14 +60,7 @@ TODAY = "2030-02-01"
 INVOICES = [
     HOLD,  # T-1: 4 days under the terminal's unavailability, 940
     DETENTION_OK,  # L-1: correct, 0
-    line(  # L-2: the last two detention days of L-1 again, 400
-        "L-2",
-        EVERGREEN,
-        "2030-01-29",
-        EMCU,
-        f"detention,2030-01-25,2030-01-26,2,,{DETENTION_TIERS},400,USD",
-        EMCU_DETENTION_FREE,
-    ),
+    BILLED_TWICE,  # L-2: the last two detention days of L-1 again, 400
     line(  # T-3: before the extended LFD and past the rail departure, 880
         "T-3",
         HUSKY,
@@ -76,14 +69,7 @@ INVOICES = [
         "demurrage,2030-01-13,2030-01-16,4,220,,880,USD",
         f"4,2030-01-09,2030-01-12,{CONTACT}",
     ),
-    line(  # T-7: days before freetime first saw the box: unverified, 0
-        "T-7",
-        HUSKY,
-        "2029-12-15",
-        OOCU,
-        "demurrage,2029-11-26,2029-11-29,4,220,,880,USD",
-        f"4,2029-11-20,2029-11-25,{CONTACT}",
-    ),
+    BEFORE_FIRST_SEEN,  # T-7: days before freetime first saw the box: unverified, 0
 ]
 DISPUTED = {"T-1": 940.0, "L-1": 0.0, "L-2": 400.0, "T-3": 880.0, "T-7": 0.0}
 FINDINGS = {
