@@ -33,6 +33,7 @@ import pytest
 from mcp import Client
 from psycopg2.extras import Json, execute_values
 
+from freetime_cli.main import app
 from pipelines.analytics.publish import publish_risk
 from tests.test_invoices import (
     BEFORE_FIRST_SEEN,
@@ -49,6 +50,7 @@ from tests.test_invoices import (
     TGHU,
     line,
     run,
+    runner,
 )
 
 # On the worker of tests/test_invoices.py: the walk (a session fixture, minutes) is built once.
@@ -269,14 +271,18 @@ def test_bad_input_is_one_line_per_problem_and_stores_nothing(both: Both) -> Non
 
 def test_the_dispute_package_is_the_same_from_postgresql(both: Both) -> None:
     pages = []
-    for where in ("duck", "pg"):
+    for where in ("duck", "pg", "setting"):
         out = both.folder / where / "T-3.html"
-        flag = ["--duckdb", str(both.duck)] if where == "duck" else ["--warehouse", both.url]
-        r = run("invoices", "dispute", "T-3", "--out", str(out), *flag)
+        flag = {"duck": ["--duckdb", str(both.duck)], "pg": ["--warehouse", both.url]}
+        r = runner.invoke(
+            app,
+            ["invoices", "dispute", "T-3", "--out", str(out), *flag.get(where, [])],
+            env={"FREETIME_WAREHOUSE": both.url} if where == "setting" else {},
+        )
         assert r.exit_code == 0, r.output
         html = re.sub(r"Written by freetime on [^U]* UTC", "", out.read_text())
         pages.append((html, out.with_suffix(".csv").read_text()))
-    assert pages[0] == pages[1]
+    assert pages[0] == pages[1] == pages[2]  # FREETIME_WAREHOUSE names PostgreSQL as well
     html, sheet = pages[1]
     assert "lfd_extended" in html and "after_out" in html
     # the LFD's extension, as freetime saw it: when, through which load
