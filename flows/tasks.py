@@ -434,14 +434,15 @@ def elapsed(started: float) -> float:
 # -- invoices ----------------------------------------------------------------------------------
 @task(name="audit-invoices", cache_policy=NO_CACHE, persist_result=False)
 def audit_invoices(duckdb_path: str, as_of: dt.datetime | None = None) -> AuditSummary | None:
-    """Audit the imported invoices (:func:`pipelines.invoices.audit.run_audit`) when some wait
-    for an audit; None when none does. Never fails the run: the audit is a side product, a
-    failure is a warning and the invoices stay pending for the next run."""
-    path = Path(duckdb_path)
+    """Audit the imported invoices (:func:`pipelines.invoices.audit.run_audit`) of the warehouse
+    (a DuckDB path or a PostgreSQL URL) when some wait for an audit; None when none does. Never
+    fails the run: the audit is a side product, a failure is a warning and the invoices stay
+    pending for the next run."""
     try:
-        if not pending_audit(path):
+        warehouse = resolve_warehouse(duckdb_path)
+        if not pending_audit(warehouse):
             return None
-        summary = run_audit(path, as_of)
+        summary = run_audit(warehouse, as_of)
     except Exception as exc:  # noqa: BLE001 - the load and risk must not fail for it
         get_run_logger().warning("invoice audit skipped: %s", exc)
         return None

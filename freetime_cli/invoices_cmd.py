@@ -1,5 +1,5 @@
 """`freetime invoices import|audit|dispute`: check demurrage and detention bills against the
-record (docs/invoices.md). DuckDB warehouses only for now."""
+record (docs/invoices.md), on a DuckDB or PostgreSQL warehouse (``--warehouse``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,15 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from freetime_cli._common import DuckDbOption, console, fail, out, parse_as_of
+from freetime_cli._common import (
+    DuckDbOption,
+    WarehouseOption,
+    console,
+    fail,
+    out,
+    parse_as_of,
+    warehouse_given,
+)
 from pipelines.config import ConfigError
 from pipelines.warehouse import WarehouseError
 
@@ -22,23 +30,13 @@ AsOfOption = Annotated[
 ]
 
 
-def _path(duckdb: Path | None) -> Path:
-    from pipelines.config import resolve_duckdb_path
-
-    path = resolve_duckdb_path(duckdb)
-    if not path.exists():
-        from pipelines.warehouse import WarehouseMissing
-
-        raise WarehouseMissing(f"no warehouse at {path}: run `freetime load` first")
-    return path
-
-
 @app.command("import")
 def import_(
     files: Annotated[
         list[Path], typer.Argument(help="Invoice files, CSV or JSON.", show_default=False)
     ],
     duckdb: DuckDbOption = None,
+    warehouse: WarehouseOption = None,
     as_of: AsOfOption = None,
 ) -> None:
     """Store invoices in the warehouse (terminal49.invoices, terminal49.invoice_lines).
@@ -47,14 +45,15 @@ def import_(
     invoice changes nothing, a corrected one becomes its new version. Exit 2 when nothing could
     be imported, 1 when some invoice was refused.
     """
+    from pipelines.invoices.access import resolve
     from pipelines.invoices.schema import read_invoice_files
     from pipelines.invoices.store import import_invoices
 
     try:
         now = parse_as_of(as_of) or dt.datetime.now(dt.UTC)
-        path = _path(duckdb)
+        target = resolve(warehouse_given(duckdb, warehouse))
         invoices, problems = read_invoice_files(files)
-        summary = import_invoices(path, invoices, problems, today=now.date(), now=now)
+        summary = import_invoices(target, invoices, problems, today=now.date(), now=now)
     except (ValueError, ConfigError, WarehouseError) as exc:
         fail(str(exc))
     for p in summary.problems:
@@ -73,14 +72,17 @@ def import_(
 
 
 @app.command("audit")
-def audit(duckdb: DuckDbOption = None, as_of: AsOfOption = None) -> None:
+def audit(
+    duckdb: DuckDbOption = None, warehouse: WarehouseOption = None, as_of: AsOfOption = None
+) -> None:
     """Audit every current invoice line against the charge engine and history
     (analytics.invoice_audit; analytics.invoice_disputes_by_month sums what is in dispute)."""
+    from pipelines.invoices.access import resolve
     from pipelines.invoices.audit import run_audit
 
     try:
         now = parse_as_of(as_of)
-        summary = run_audit(_path(duckdb), now)
+        summary = run_audit(resolve(warehouse_given(duckdb, warehouse)), now)
     except (ValueError, ConfigError, WarehouseError) as exc:
         fail(str(exc))
     disputed = ", ".join(f"{v:,.2f} {k}" for k, v in sorted(summary.disputed.items())) or "0"
@@ -99,18 +101,21 @@ def dispute(
         Path, typer.Option("--out", help="HTML file to write (its CSV beside it).")
     ],
     duckdb: DuckDbOption = None,
+    warehouse: WarehouseOption = None,
     issuer: Annotated[
         str | None, typer.Option("--issuer", help="Issuer name, when several use the number.")
     ] = None,
 ) -> None:
     """Write the dispute package of one invoice: each finding with the history rows that
     prove it, the amounts, and what freetime cannot know (HTML and CSV)."""
+    from pipelines.invoices.access import resolve
     from pipelines.invoices.dispute import write_dispute
 
     try:
         if out_file.is_dir():
             raise ValueError(f"--out {out_file} is a directory; give a file name such as x.html")
-        page, sheet = write_dispute(_path(duckdb), invoice, out_file, issuer)
+        target = resolve(warehouse_given(duckdb, warehouse))
+        page, sheet = write_dispute(target, invoice, out_file, issuer)
     except (LookupError, ValueError, ConfigError, WarehouseError) as exc:
         fail(str(exc))
     except OSError as exc:

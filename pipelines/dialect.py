@@ -113,6 +113,17 @@ class Dialect:
             return f"{item} = ANY(string_to_array({text}, ','))"
         return f"list_contains(string_split({text}, ','), {item})"
 
+    def records_type(self, fields: Mapping[str, str]) -> str:
+        """The type of a list of records ``{field: DuckDB type}``: a STRUCT list on DuckDB,
+        ``JSONB`` (an array of objects) on PostgreSQL; both read as a list of dicts."""
+        if self.postgres:
+            return "JSONB"
+        return "STRUCT(" + ", ".join(f"{k} {v}" for k, v in fields.items()) + ")[]"
+
+    def records_length(self, column: str) -> str:
+        """How many records a :meth:`records_type` column holds."""
+        return f"jsonb_array_length({column})" if self.postgres else f"len({column})"
+
 
 DUCKDB = Dialect(postgres=False)
 POSTGRES = Dialect(postgres=True)

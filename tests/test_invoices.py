@@ -76,6 +76,24 @@ DETENTION_OK = line(
     f"detention,2030-01-21,2030-01-26,6,,{DETENTION_TIERS},1000,USD",
     EMCU_DETENTION_FREE,
 )
+#: the last two days of DETENTION_OK billed again, on a later invoice (400 in dispute)
+BILLED_TWICE = line(
+    "L-2",
+    EVERGREEN,
+    "2030-01-29",
+    EMCU,
+    f"detention,2030-01-25,2030-01-26,2,,{DETENTION_TIERS},400,USD",
+    EMCU_DETENTION_FREE,
+)
+#: terminal days of the OOCU box before freetime first saw it: unverified, nothing in dispute
+BEFORE_FIRST_SEEN = line(
+    "T-7",
+    HUSKY,
+    "2029-12-15",
+    OOCU,
+    "demurrage,2029-11-26,2029-11-29,4,220,,880,USD",
+    f"4,2029-11-20,2029-11-25,{CONTACT}",
+)
 
 
 @pytest.fixture(scope="module")
@@ -280,15 +298,7 @@ def test_each_wrong_detention_bill_gives_its_findings(
 
 
 def test_days_billed_twice_are_disputed_on_the_later_invoice(base: Path, tmp_path: Path) -> None:
-    again = line(
-        "L-2",
-        EVERGREEN,
-        "2030-01-29",
-        EMCU,
-        f"detention,2030-01-25,2030-01-26,2,,{DETENTION_TIERS},400,USD",
-        EMCU_DETENTION_FREE,
-    )
-    rows, _ = audited(base, tmp_path, [DETENTION_OK, again])
+    rows, _ = audited(base, tmp_path, [DETENTION_OK, BILLED_TWICE])
     assert rows["L-1"]["findings"] == []
     assert codes(rows["L-2"]) == ["overlap"]
     assert "already billed on L-1 line 1" in rows["L-2"]["findings"][0]["sentence"]
@@ -317,20 +327,7 @@ def test_the_minimal_csv_imports_and_lacks_the_rule_s_content(base: Path, tmp_pa
 
 
 def test_a_box_first_seen_after_the_billed_days_is_a_warning(base: Path, tmp_path: Path) -> None:
-    rows, r = audited(
-        base,
-        tmp_path,
-        [
-            line(
-                "T-7",
-                HUSKY,
-                "2029-12-15",
-                OOCU,
-                "demurrage,2029-11-26,2029-11-29,4,220,,880,USD",
-                f"4,2029-11-20,2029-11-25,{CONTACT}",
-            )
-        ],
-    )
+    rows, r = audited(base, tmp_path, [BEFORE_FIRST_SEEN])
     assert re.search(
         r"warning: .* freetime first saw OOCU3348428 on 2030-01-07, after the billed days", r.stderr
     )
@@ -483,9 +480,13 @@ def test_the_example_files_import_as_the_same_invoices(base: Path, tmp_path: Pat
     assert set(rows) == {"HT-2030-0117", "EG-D-55120"}
 
 
-def test_postgres_is_refused_in_one_line() -> None:
-    r = run("invoices", "audit", "--duckdb", "postgresql://u@localhost/db")
-    assert r.exit_code == 2 and "DuckDB warehouse only" in r.stderr
+def test_an_unreachable_postgresql_warehouse_is_one_line() -> None:
+    r = run("invoices", "audit", "--warehouse", "postgresql://u:pw-Not-Shown@127.0.0.1:1/db")
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert r.stderr.startswith("error: cannot connect to the warehouse postgresql://u:***@")
+    assert len(r.stderr.strip().splitlines()) == 1 and "pw-Not-Shown" not in r.output
+    both = run("invoices", "audit", "--warehouse", "postgresql://u@h/db", "--duckdb", "x.duckdb")
+    assert both.exit_code == 2 and "not both" in both.stderr
 
 
 # -- the dispute package ---------------------------------------------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.toolserver.pgread import postgres_sql, split_statements
+from pipelines.pg.cursor import postgres_sql
+from pipelines.toolserver.pgread import split_statements
 
 pytestmark = pytest.mark.fast
 

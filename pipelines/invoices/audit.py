@@ -23,6 +23,10 @@ the billed rate where freetime has none); ``difference`` is billed minus compute
 in dispute is the difference when positive, or the whole billed amount when the line need not
 be paid at all (``missing_fields``, ``issued_late``: the rule's consequence; ``currency``:
 there is nothing to compare with). ``dispute_by`` is the invoice date plus 30 days.
+
+The same SQL reads and publishes on a DuckDB file and on PostgreSQL (:mod:`.access`,
+:mod:`pipelines.dialect`); ``findings`` is a STRUCT list on DuckDB and a JSONB array of the same
+objects on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -33,19 +37,27 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 
 from pipelines.config import ANALYTICS_SCHEMA, DATASET
+from pipelines.dialect import Dialect
 from pipelines.history import HISTORY_TABLE
 from pipelines.history.views import day_flags_sql
+from pipelines.invoices.access import (
+    Con,
+    Target,
+    dialect,
+    insert_rows,
+    reader,
+    transaction,
+    writer,
+)
 from pipelines.invoices.schema import CENT, InvoiceLine, line_arithmetic
 from pipelines.invoices.store import INVOICES, LINES, ensure_tables
-from pipelines.publish.lock import writer_lock
-from pipelines.warehouse import WarehouseMissing, column_types, quote, reading, table_names, writing
+from pipelines.pg.cursor import columns, is_postgres
+from pipelines.warehouse import WarehouseMissing, quote, table_names
 
 A, D = quote(ANALYTICS_SCHEMA), quote(DATASET)
 AUDIT_TABLE, BY_MONTH_VIEW = "invoice_audit", "invoice_disputes_by_month"
@@ -417,9 +429,7 @@ def audit_lines(
 
 
 # -- the warehouse ---------------------------------------------------------------------------
-def read_lines(
-    con: duckdb.DuckDBPyConnection, invoice: tuple[str, str] | None = None
-) -> list[AuditLine]:
+def read_lines(con: Con, invoice: tuple[str, str] | None = None) -> list[AuditLine]:
     """The current version's lines of every invoice (or of ``invoice``: issuer, number)."""
     where = "AND i.issuer_name = ? AND i.invoice_number = ?" if invoice else ""
     rows = con.execute(
@@ -467,63 +477,58 @@ def read_lines(
     ]
 
 
+#: ``upper(container_number)`` is one of the numbers given as the statement's one parameter
+_OF_NUMBERS = "upper(container_number) IN (SELECT unnest(CAST(? AS VARCHAR[])))"
+#: the columns of ``analytics.charge_days`` the audit reads, with its history flags
+_DAY_COLUMNS = ("container_id", "container_number", "party", "charge", "day", "day_number")
+
+
 def read_facts(
-    con: duckdb.DuckDBPyConnection, numbers: Sequence[str]
+    con: Con, numbers: Sequence[str]
 ) -> tuple[dict[tuple[str, str, str], PartyFacts], dt.date | None]:
     """The engine's rows and flagged days of ``numbers``, and the risk run's date (UTC)."""
-    if "party" not in column_types(con, ANALYTICS_SCHEMA, "charges"):
+    if "party" not in columns(con, ANALYTICS_SCHEMA, "charges"):
         raise WarehouseMissing(
             "no charges are published (analytics.charges): run `freetime risk` first"
         )
-    name = f"_audit_numbers_{uuid.uuid4().hex}"
-    con.register(name, pa.table({"n": pa.array(list(numbers), pa.string())}))
-    try:
-        facts: dict[tuple[str, str, str], PartyFacts] = {}
-        for n, party, charge, lfd, column, until, reason, cur in con.execute(
-            f"""SELECT upper(container_number), party, charge, lfd_date, lfd_column,
-                       chargeable_until, end_reason, currency
-                FROM {A}.charges WHERE upper(container_number) IN (SELECT n FROM {name})"""
+    d = dialect(con)
+    wanted = [list(numbers)]
+    facts: dict[tuple[str, str, str], PartyFacts] = {}
+    for n, party, charge, lfd, column, until, reason, cur in con.execute(
+        f"""SELECT upper(container_number), party, charge, lfd_date, lfd_column,
+                   chargeable_until, end_reason, currency
+            FROM {A}.charges WHERE {_OF_NUMBERS}""",
+        wanted,
+    ).fetchall():
+        facts[(n, party, charge)] = PartyFacts(lfd, column, until, reason, cur)
+    days = f"(SELECT * FROM {A}.charge_days WHERE {_OF_NUMBERS})"
+    flagged = (
+        f"SELECT upper(container_number), party, charge, day, day_number, tier, rate, "
+        f"reasons, before_first_seen "
+        f"FROM ({day_flags_sql(days, d=d, day_columns=(*_DAY_COLUMNS, 'tier', 'rate'))}) f"
+        if HISTORY_TABLE in table_names(con, DATASET)
+        else f"SELECT upper(container_number), party, charge, day, day_number, tier, rate, "
+        f"NULL, false FROM {days} f"
+    )
+    for n, party, charge, day, k, tier, rate, reasons, before in con.execute(
+        flagged, wanted
+    ).fetchall():
+        f = facts.get((n, party, charge))
+        if f is not None:
+            f.days[day] = Day(int(k), tier, rate, reasons, bool(before))
+    if "lfd_changes" in table_names(con, DATASET):
+        for n, column, first in con.execute(
+            f"""SELECT upper(container_number), source, min(least(old_lfd, new_lfd))
+                FROM {D}.lfd_changes WHERE days_moved > 0 AND {_OF_NUMBERS}
+                {d.group_by(["upper(container_number)", "source"])}""",
+            wanted,
         ).fetchall():
-            facts[(n, party, charge)] = PartyFacts(lfd, column, until, reason, cur)
-        days = (
-            f"(SELECT * FROM {A}.charge_days "
-            f"WHERE upper(container_number) IN (SELECT n FROM {name}))"
-        )
-        flagged = (
-            f"SELECT upper(container_number), party, charge, day, day_number, tier, rate, "
-            f"reasons, before_first_seen FROM ({day_flags_sql(days)})"
-            if HISTORY_TABLE in table_names(con, DATASET)
-            else f"SELECT upper(container_number), party, charge, day, day_number, tier, rate, "
-            f"NULL, false FROM {days}"
-        )
-        for n, party, charge, d, k, tier, rate, reasons, before in con.execute(flagged).fetchall():
-            f = facts.get((n, party, charge))
-            if f is not None:
-                f.days[d] = Day(int(k), tier, rate, reasons, bool(before))
-        if "lfd_changes" in _views(con):
-            for n, column, first in con.execute(
-                f"""SELECT upper(container_number), source, min(least(old_lfd, new_lfd))
-                    FROM {D}.lfd_changes
-                    WHERE days_moved > 0 AND upper(container_number) IN (SELECT n FROM {name})
-                    GROUP BY ALL"""
-            ).fetchall():
-                for (num, _, _), f in facts.items():
-                    if num == n and f.lfd_column == column:
-                        f.first_lfd = first
-        row = next(iter(con.execute(f"SELECT max(as_of) FROM {A}.charges").fetchall()), None)
-        as_of = row[0].astimezone(dt.UTC).date() if row and row[0] else None
-    finally:
-        con.unregister(name)
+            for (num, _, _), f in facts.items():
+                if num == n and f.lfd_column == column:
+                    f.first_lfd = first
+    row = next(iter(con.execute(f"SELECT max(as_of) FROM {A}.charges").fetchall()), None)
+    as_of = row[0].astimezone(dt.UTC).date() if row and row[0] else None
     return facts, as_of
-
-
-def _views(con: duckdb.DuckDBPyConnection) -> set[str]:
-    return {
-        r[0]
-        for r in con.execute(
-            "SELECT view_name FROM duckdb_views() WHERE schema_name = ?", [DATASET]
-        ).fetchall()
-    }
 
 
 def audit_rows(results: Sequence[Result], at: dt.datetime) -> pa.Table:
@@ -584,46 +589,84 @@ class AuditSummary:
     past_deadline: int
 
 
-def run_audit(duckdb_path: Path, now: dt.datetime | None = None) -> AuditSummary:
+#: ``analytics.invoice_audit``'s columns (DuckDB's type names; ``findings``: records)
+AUDIT_TYPES = {
+    **dict.fromkeys(AUDIT_COLUMNS, "VARCHAR"),
+    **dict.fromkeys(("version", "line_number", "billed_days"), "INTEGER"),
+    **dict.fromkeys(
+        ("billed_amount", "computed_amount", "difference", "disputed_amount"), "DOUBLE"
+    ),
+    **dict.fromkeys(("invoice_date", "invoice_month", "billed_from", "billed_to"), "DATE"),
+    "dispute_by": "DATE",
+    "audited_at": "TIMESTAMPTZ",
+    "findings": "RECORDS",
+}
+FINDING_FIELDS = {"code": "VARCHAR", "sentence": "VARCHAR"}
+
+
+def _by_month_sql(d: Dialect) -> str:
+    """``analytics.invoice_disputes_by_month``: what is in dispute per issuer, month, currency."""
+    keys = ["issuer_name", "issuer_kind", "invoice_month", "currency"]
+    return f"""
+        CREATE OR REPLACE VIEW {A}.{BY_MONTH_VIEW} AS
+        SELECT {", ".join(keys)},
+               count(DISTINCT invoice_number) AS invoices, count(*) AS lines,
+               count(*) FILTER (WHERE {d.records_length("findings")} > 0) AS lines_with_findings,
+               sum(billed_amount) AS billed_amount,
+               sum(disputed_amount) AS disputed_amount,
+               min(dispute_by) FILTER (WHERE disputed_amount > 0) AS first_dispute_by
+        FROM {A}.{AUDIT_TABLE} {d.group_by(keys)}"""
+
+
+def _replace_audit(con: Con, table: pa.Table) -> None:
+    """Replace ``analytics.invoice_audit``'s rows with ``table`` (in the caller's transaction).
+    On PostgreSQL the rows are deleted and inserted, so a reader sees the old rows or the new
+    ones and never waits for a dropped table."""
+    d = dialect(con)
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {A}")
+    if not is_postgres(con):
+        name = f"_audit_new_{uuid.uuid4().hex}"
+        con.register(name, table)
+        try:
+            con.execute(f"CREATE OR REPLACE TABLE {A}.{AUDIT_TABLE} AS SELECT * FROM {name}")
+        finally:
+            con.unregister(name)
+        return
+    from psycopg2.extras import Json
+
+    cols = ", ".join(
+        f"{c} {d.records_type(FINDING_FIELDS) if t == 'RECORDS' else d.type(t)}"
+        for c, t in AUDIT_TYPES.items()
+    )
+    con.execute(f"CREATE TABLE IF NOT EXISTS {A}.{AUDIT_TABLE} ({cols})")
+    con.execute(f"DELETE FROM {A}.{AUDIT_TABLE}")
+    rows = [
+        [Json(r[c]) if c == "findings" else r[c] for c in AUDIT_COLUMNS] for r in table.to_pylist()
+    ]
+    insert_rows(con, f"{A}.{AUDIT_TABLE}", list(AUDIT_COLUMNS), rows)
+
+
+def run_audit(warehouse: Target, now: dt.datetime | None = None) -> AuditSummary:
     """Audit every current invoice line and publish ``analytics.invoice_audit`` (and the view
     ``analytics.invoice_disputes_by_month``) in one transaction under the writer lock; mark the
-    invoices audited. Raises WarehouseMissing (no warehouse, no invoices, no risk run)."""
+    invoices audited. ``warehouse``: a DuckDB path or a PostgreSQL URL (or Warehouse). Raises
+    WarehouseMissing (no warehouse, no invoices, no risk run), WarehouseUnusable."""
     started = time.perf_counter()
     now = now or dt.datetime.now(dt.UTC)
-    if not duckdb_path.exists():
-        raise WarehouseMissing(f"no warehouse at {duckdb_path}: run `freetime load` first")
-    with writer_lock(duckdb_path, "invoice audit"), writing(duckdb_path) as con:
+    with writer(warehouse, "invoice audit") as con:
         if INVOICES not in table_names(con, DATASET):
             raise WarehouseMissing("no invoices imported yet: run `freetime invoices import` first")
         lines = read_lines(con)
         facts, risk_as_of = read_facts(con, sorted({a.line.container_number for a in lines}))
         results = audit_lines(lines, facts, risk_as_of)
         table = audit_rows(results, now)
-        name = f"_audit_new_{uuid.uuid4().hex}"
-        con.register(name, table)
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con):
             ensure_tables(con)
-            con.execute(f"CREATE SCHEMA IF NOT EXISTS {A}")
-            con.execute(f"CREATE OR REPLACE TABLE {A}.{AUDIT_TABLE} AS SELECT * FROM {name}")
-            con.execute(f"""
-                CREATE OR REPLACE VIEW {A}.{BY_MONTH_VIEW} AS
-                SELECT issuer_name, issuer_kind, invoice_month, currency,
-                       count(DISTINCT invoice_number) AS invoices, count(*) AS lines,
-                       count(*) FILTER (WHERE len(findings) > 0) AS lines_with_findings,
-                       sum(billed_amount) AS billed_amount,
-                       sum(disputed_amount) AS disputed_amount,
-                       min(dispute_by) FILTER (WHERE disputed_amount > 0) AS first_dispute_by
-                FROM {A}.{AUDIT_TABLE} GROUP BY ALL""")
+            _replace_audit(con, table)
+            con.execute(_by_month_sql(dialect(con)))
             con.execute(
                 f"UPDATE {D}.{INVOICES} SET audited_at = ? WHERE superseded_at IS NULL", [now]
             )
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
-        finally:
-            con.unregister(name)
     disputed: dict[str, float] = defaultdict(float)
     for r in results:
         disputed[r.line.currency] += r.disputed
@@ -637,9 +680,7 @@ def run_audit(duckdb_path: Path, now: dt.datetime | None = None) -> AuditSummary
     )
 
 
-def audit_invoice(
-    con: duckdb.DuckDBPyConnection, number: str, issuer: str | None = None
-) -> list[Result]:
+def audit_invoice(con: Con, number: str, issuer: str | None = None) -> list[Result]:
     """The audit of one invoice's current version, computed now from a read connection (the
     dispute package and the tool server). Raises LookupError naming what was not found."""
     if INVOICES not in table_names(con, DATASET):
@@ -668,7 +709,7 @@ def audit_invoice(
     ]
 
 
-def read_audit(duckdb_path: Path, number: str, issuer: str | None = None) -> list[Result]:
+def read_audit(warehouse: Target, number: str, issuer: str | None = None) -> list[Result]:
     """:func:`audit_invoice` over a brief read-only connection."""
-    with reading(duckdb_path) as con:
+    with reader(warehouse) as con:
         return audit_invoice(con, number, issuer)

@@ -4,22 +4,31 @@ Each finding of the audit (:func:`pipelines.invoices.audit.audit_invoice`) comes
 history rows that prove it (what freetime saw, when, through which load or notification: the
 evidence's timeline, :mod:`pipelines.history.evidence`), the amounts, and what freetime cannot
 know. CSV rows: ``section, line, code, item, value, observed_at, how, notification_id``.
+
+On PostgreSQL the audit reads the live warehouse (a read-only transaction) and the timelines
+come from an in-memory copy of the invoice's containers taken in the same snapshot
+(:func:`.access.evidence_connection`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import html
 import io
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import duckdb
+from typing import Any
 
 from pipelines.history.evidence import CSS, Change, EvidenceError, gather, label, timeline_cells
+from pipelines.invoices.access import Con, Target, evidence_connection, reader, resolve
 from pipelines.invoices.audit import Result, audit_invoice
-from pipelines.warehouse import reading
+
+#: opens the connection the evidence of some containers reads
+EvidenceOf = Callable[[list[str]], AbstractContextManager[Any]]
 
 #: Which timeline fields prove each finding.
 PROOF = {
@@ -50,26 +59,30 @@ class Package:
 
 
 def gather_package(
-    con: duckdb.DuckDBPyConnection, number: str, issuer: str | None = None
+    con: Con, number: str, issuer: str | None = None, evidence: EvidenceOf | None = None
 ) -> Package:
-    """The package of invoice ``number`` (of ``issuer`` when several issuers use it).
+    """The package of invoice ``number`` (of ``issuer`` when several issuers use it), the
+    timelines read from ``evidence(numbers)`` (default: ``con`` itself, a DuckDB connection).
     Raises LookupError."""
     results = audit_invoice(con, number, issuer)
     if not results:
         raise LookupError(f"invoice {number!r} has no line")
     first = results[0].line
     pkg = Package(first.issuer_name, first.invoice_number, results)
-    for n in sorted({r.line.line.container_number for r in results}):
-        try:
-            ev = gather(con, n)
-        except EvidenceError:
-            continue
-        pkg.timelines[n] = ev.timeline
-        pkg.zones[n] = ev.zone
-        for u in ev.unknowns:
-            text = f"{n}: {u}"
-            if text not in pkg.unknowns and "Charges are computed as of" not in u:
-                pkg.unknowns.append(text)
+    numbers = sorted({r.line.line.container_number for r in results})
+    opened = evidence(numbers) if evidence else contextlib.nullcontext(con)
+    with opened as facts:
+        for n in numbers:
+            try:
+                ev = gather(facts, n)
+            except EvidenceError:
+                continue
+            pkg.timelines[n] = ev.timeline
+            pkg.zones[n] = ev.zone
+            for u in ev.unknowns:
+                text = f"{n}: {u}"
+                if text not in pkg.unknowns and "Charges are computed as of" not in u:
+                    pkg.unknowns.append(text)
     pkg.unknowns += [
         "Who caused a hold or an unavailability is not in the record: freetime counts customs, "
         "freight, USDA, VACIS and TMF holds as the importer's, and a box the terminal reported "
@@ -199,12 +212,21 @@ def render_csv(pkg: Package) -> str:
 
 
 def write_dispute(
-    duckdb_path: Path, number: str, out: Path, issuer: str | None = None
+    warehouse: Target, number: str, out: Path, issuer: str | None = None
 ) -> tuple[Path, Path]:
-    """Write the HTML at ``out`` and the CSV beside it; returns both paths. Raises
-    LookupError, WarehouseError, OSError."""
-    with reading(duckdb_path) as con:
-        pkg = gather_package(con, number, issuer)
+    """Write the HTML at ``out`` and the CSV beside it; returns both paths. ``warehouse``: a
+    DuckDB path or a PostgreSQL URL (or Warehouse). Raises LookupError, WarehouseError,
+    OSError."""
+    chosen = resolve(warehouse)
+    with reader(chosen) as con:
+        pkg = gather_package(
+            con,
+            number,
+            issuer,
+            (lambda numbers: evidence_connection(chosen, numbers, within=con))
+            if chosen.is_postgres
+            else None,
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     sheet = out.with_suffix(".csv")
     out.write_text(render_html(pkg), encoding="utf-8")

@@ -9,46 +9,55 @@ a version the audit has not seen yet (:func:`pending_audit`).
 :func:`import_invoices` checks each invoice against the warehouse (the container and its bill
 of lading are known, no date lies in the future), then writes every invoice that passed in one
 transaction under the writer lock: an invoice is stored whole or not at all.
+
+Both warehouses hold the same tables (PostgreSQL spells ``DOUBLE`` ``DOUBLE PRECISION``) and
+run the same SQL (:mod:`.access`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import duckdb
-import pyarrow as pa
-
 from pipelines.config import ANALYTICS_SCHEMA, DATASET
+from pipelines.dialect import DUCKDB, Dialect
 from pipelines.history import HISTORY_TABLE
+from pipelines.invoices.access import Con, Target, dialect, insert_rows, transaction, writer
 from pipelines.invoices.parties import party_of
 from pipelines.invoices.schema import Invoice, Problem
-from pipelines.publish.lock import writer_lock
-from pipelines.warehouse import WarehouseMissing, column_types, quote, table_names, writing
+from pipelines.pg.cursor import columns
+from pipelines.warehouse import WarehouseMissing, quote, table_names
 
 INVOICES, LINES = "invoices", "invoice_lines"
 D = quote(DATASET)
 
-INVOICES_DDL = f"""
+
+def invoices_ddl(d: Dialect = DUCKDB) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of ``terminal49.invoices`` in dialect ``d``."""
+    return f"""
 CREATE TABLE IF NOT EXISTS {D}.{INVOICES} (
     issuer_name VARCHAR NOT NULL, invoice_number VARCHAR NOT NULL, version INTEGER NOT NULL,
     issuer_kind VARCHAR NOT NULL, invoice_date DATE NOT NULL, currency VARCHAR NOT NULL,
-    due_date DATE, invoice_total DOUBLE, dispute_contact VARCHAR, content_hash VARCHAR NOT NULL,
+    due_date DATE, invoice_total {d.type("DOUBLE")}, dispute_contact VARCHAR,
+    content_hash VARCHAR NOT NULL,
     source_file VARCHAR, imported_at TIMESTAMPTZ NOT NULL, superseded_at TIMESTAMPTZ,
     audited_at TIMESTAMPTZ,
     PRIMARY KEY (issuer_name, invoice_number, version))"""
-LINES_DDL = f"""
+
+
+def lines_ddl(d: Dialect = DUCKDB) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of ``terminal49.invoice_lines`` in dialect ``d``."""
+    return f"""
 CREATE TABLE IF NOT EXISTS {D}.{LINES} (
     issuer_name VARCHAR NOT NULL, invoice_number VARCHAR NOT NULL, version INTEGER NOT NULL,
     line_number INTEGER NOT NULL, container_number VARCHAR NOT NULL, container_id VARCHAR,
     bill_of_lading VARCHAR, port VARCHAR, charge_type VARCHAR NOT NULL,
     party VARCHAR NOT NULL, charge VARCHAR NOT NULL,
-    billed_from DATE NOT NULL, billed_to DATE NOT NULL, days INTEGER NOT NULL, rate DOUBLE,
-    tiers VARCHAR, amount DOUBLE NOT NULL, free_days INTEGER, free_time_start DATE,
+    billed_from DATE NOT NULL, billed_to DATE NOT NULL, days INTEGER NOT NULL,
+    rate {d.type("DOUBLE")},
+    tiers VARCHAR, amount {d.type("DOUBLE")} NOT NULL, free_days INTEGER, free_time_start DATE,
     free_time_end DATE,
     PRIMARY KEY (issuer_name, invoice_number, version, line_number))"""
 
@@ -65,20 +74,19 @@ class ImportSummary:
     problems: list[Problem] = field(default_factory=list)
 
 
-def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
+def ensure_tables(con: Con) -> None:
+    d = dialect(con)
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {D}")
-    con.execute(INVOICES_DDL)
-    con.execute(LINES_DDL)
+    con.execute(invoices_ddl(d))
+    con.execute(lines_ddl(d))
 
 
-def _containers(
-    con: duckdb.DuckDBPyConnection, numbers: Sequence[str]
-) -> dict[str, dict[str, Any]]:
+def _containers(con: Con, numbers: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Per container number: id, bill of lading, first seen (UTC), port zone."""
     present = table_names(con, DATASET)
     ship = "shipments" in present
     hist = HISTORY_TABLE in present
-    cols = column_types(con, DATASET, "containers")
+    cols = columns(con, DATASET, "containers")
     zone = "c.pod_timezone" if "pod_timezone" in cols else "NULL"
     cur = con.execute(
         f"""SELECT upper(c.number), c.id,
@@ -95,7 +103,7 @@ def _containers(
                    coalesce({zone}, 'UTC')
             FROM {D}.containers c
             {f"LEFT JOIN {D}.shipments s ON s.id = c.shipment_id" if ship else ""}
-            WHERE upper(c.number) IN (SELECT unnest(?))""",
+            WHERE upper(c.number) IN (SELECT unnest(CAST(? AS VARCHAR[])))""",
         [list(numbers)],
     )
     return {
@@ -104,22 +112,21 @@ def _containers(
     }
 
 
-def _tariff_currencies(
-    con: duckdb.DuckDBPyConnection, numbers: Sequence[str]
-) -> dict[tuple[str, str, str], str]:
+def _tariff_currencies(con: Con, numbers: Sequence[str]) -> dict[tuple[str, str, str], str]:
     """The charge engine's currency per (container number, party, charge), when published."""
-    if "currency" not in column_types(con, ANALYTICS_SCHEMA, "charges"):
+    if "currency" not in columns(con, ANALYTICS_SCHEMA, "charges"):
         return {}
     rows = con.execute(
         f"SELECT upper(container_number), party, charge, currency FROM {ANALYTICS_SCHEMA}.charges "
-        "WHERE currency IS NOT NULL AND upper(container_number) IN (SELECT unnest(?))",
+        "WHERE currency IS NOT NULL "
+        "AND upper(container_number) IN (SELECT unnest(CAST(? AS VARCHAR[])))",
         [list(numbers)],
     ).fetchall()
     return {(n, p, c): cur for n, p, c, cur in rows}
 
 
 def check(
-    con: duckdb.DuckDBPyConnection, invoices: Sequence[Invoice], today: dt.date
+    con: Con, invoices: Sequence[Invoice], today: dt.date
 ) -> tuple[list[Invoice], list[Problem]]:
     """The invoices the warehouse can take, and the problems found (errors refuse their
     invoice; warnings keep it)."""
@@ -191,57 +198,51 @@ def check(
 
 
 def import_invoices(
-    duckdb_path: Path,
+    warehouse: Target,
     invoices: Sequence[Invoice],
     problems: Sequence[Problem] = (),
     today: dt.date | None = None,
     now: dt.datetime | None = None,
 ) -> ImportSummary:
     """Check ``invoices`` against the warehouse and store those that pass, in one transaction
-    under the writer lock. ``problems``: those found reading the files (carried into the
-    summary; invoices they refused are not in ``invoices``). Raises WarehouseMissing."""
+    under the writer lock. ``warehouse``: a DuckDB path or a PostgreSQL URL (or Warehouse).
+    ``problems``: those found reading the files (carried into the summary; invoices they
+    refused are not in ``invoices``). Raises WarehouseMissing, WarehouseUnusable."""
     now = now or dt.datetime.now(dt.UTC)
     today = today or now.date()
     summary = ImportSummary(problems=list(problems))
     summary.refused = sorted({p.invoice_number or p.where for p in problems if p.error})
-    if not duckdb_path.exists():
-        raise WarehouseMissing(f"no warehouse at {duckdb_path}: run `freetime load` first")
-    with writer_lock(duckdb_path, "invoice import"), writing(duckdb_path) as con:
+    with writer(warehouse, "invoice import") as con:
         if "containers" not in table_names(con, DATASET):
-            raise WarehouseMissing(
-                f"the warehouse {duckdb_path} has no containers yet: run `freetime load` first"
-            )
+            raise WarehouseMissing("the warehouse has no containers yet: run `freetime load` first")
         ok, found = check(con, invoices, today)
         summary.problems += found
         summary.refused += sorted({p.invoice_number or p.where for p in found if p.error})
         if not ok:  # nothing to write: the warehouse stays as it was
             return summary
         ids = _containers(con, sorted({x.container_number for inv in ok for x in inv.lines}))
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con):
             ensure_tables(con)
             _store(con, ok, ids, now, summary)
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
     return summary
 
 
 def _store(
-    con: duckdb.DuckDBPyConnection,
+    con: Con,
     invoices: Sequence[Invoice],
     ids: dict[str, dict[str, Any]],
     now: dt.datetime,
     summary: ImportSummary,
 ) -> None:
     """Write the new versions of ``invoices`` (inside the caller's transaction): the current
-    versions are read in one query, the rows written as two Arrow tables."""
+    versions are read in one query, the rows written in one statement per table."""
+    d = dialect(con)
     current = {
         (issuer, number): (int(version), digest)
         for issuer, number, version, digest in con.execute(
             f"SELECT issuer_name, invoice_number, max(version), "
-            f"arg_max(content_hash, version) FROM {D}.{INVOICES} GROUP BY ALL"
+            f"{d.last_by('content_hash', 'version')} FROM {D}.{INVOICES} "
+            f"{d.group_by(['issuer_name', 'invoice_number'])}"
         ).fetchall()
     }
     heads: list[list[Any]] = []
@@ -301,54 +302,25 @@ def _store(
             ]
             for n, x in enumerate(inv.lines, start=1)
         ]
-    if superseded:
-        keys = pa.table(
-            {
-                "issuer_name": [k[0] for k in superseded],
-                "invoice_number": [k[1] for k in superseded],
-            }
+    for issuer, number in superseded:
+        con.execute(
+            f"UPDATE {D}.{INVOICES} SET superseded_at = ? WHERE issuer_name = ? "
+            "AND invoice_number = ? AND superseded_at IS NULL",
+            [now, issuer, number],
         )
-        _insert(con, None, keys, "UPDATE", now)
     for table, data in ((INVOICES, heads), (LINES, rows)):
-        if data:
-            _insert(con, table, _arrow(con, table, data), "INSERT", now)
+        insert_rows(con, f"{D}.{table}", columns(con, DATASET, table), data)
 
 
-def _arrow(con: duckdb.DuckDBPyConnection, table: str, data: list[list[Any]]) -> pa.Table:
-    names = list(column_types(con, DATASET, table))
-    return pa.table({n: [row[k] for row in data] for k, n in enumerate(names)})
+def pending_audit(warehouse: Target) -> int:
+    """Current invoice versions the audit has not seen (0 without invoices or warehouse)."""
+    from pipelines.invoices.access import reader, resolve
 
-
-def _insert(
-    con: duckdb.DuckDBPyConnection,
-    table: str | None,
-    data: pa.Table,
-    how: str,
-    now: dt.datetime,
-) -> None:
-    name = f"_invoices_{uuid.uuid4().hex}"
-    con.register(name, data)
     try:
-        if how == "UPDATE":
-            con.execute(
-                f"UPDATE {D}.{INVOICES} i SET superseded_at = ? FROM {name} k "
-                "WHERE i.issuer_name = k.issuer_name AND i.invoice_number = k.invoice_number "
-                "AND i.superseded_at IS NULL",
-                [now],
-            )
-        else:
-            con.execute(f"INSERT INTO {D}.{table} BY NAME SELECT * FROM {name}")
-    finally:
-        con.unregister(name)
-
-
-def pending_audit(duckdb_path: Path) -> int:
-    """Current invoice versions the audit has not seen (0 without invoices)."""
-    from pipelines.warehouse import reading
-
-    if not duckdb_path.exists():
+        resolve(warehouse)
+    except WarehouseMissing:
         return 0
-    with reading(duckdb_path) as con:
+    with reader(warehouse) as con:
         if INVOICES not in table_names(con, DATASET):
             return 0
         row = con.execute(

@@ -23,12 +23,16 @@ _PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\?")
 
 
 @contextmanager
-def reading(warehouse: Warehouse) -> Iterator[Any]:
-    """An ADBC cursor in a read-only snapshot of the warehouse, rolled back on exit."""
+def reading(warehouse: Warehouse, snapshot: str | None = None) -> Iterator[Any]:
+    """An ADBC cursor in a read-only snapshot of the warehouse, rolled back on exit;
+    ``snapshot``: the id another open transaction exported (``pg_export_snapshot()``), whose
+    state this one then sees."""
     with adbc_connection(warehouse) as con:
         con.rollback()  # the snapshot starts with the next statement, read-only
         with con.cursor() as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            if snapshot is not None:
+                cur.execute(f"SET TRANSACTION SNAPSHOT '{snapshot.replace(chr(39), '')}'")
             cur.execute("SET TIME ZONE 'UTC'")  # the rollback above undid the session's
             try:
                 yield cur

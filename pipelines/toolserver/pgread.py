@@ -27,7 +27,7 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import psycopg2
@@ -35,6 +35,7 @@ from psycopg2.extensions import connection as Connection
 
 from pipelines.config import ANALYTICS_SCHEMA, DATASET, Warehouse
 from pipelines.pg.connection import connect, one_line
+from pipelines.pg.cursor import TYPE_NAMES, PgCursor
 from pipelines.toolserver.sqlsafe import (
     DEFAULT_MAX_ROWS,
     DEFAULT_TIMEOUT_SECONDS,
@@ -49,39 +50,6 @@ APPLICATION = "freetime tool server"
 POOL_SIZE = 8
 #: the schemas the tools read; the reader role must not be able to write them
 SCHEMAS = (DATASET, ANALYTICS_SCHEMA)
-
-#: PostgreSQL's type oids -> DuckDB's names, so a column's type reads the same on both
-TYPE_NAMES = {
-    16: "BOOLEAN",
-    20: "BIGINT",
-    21: "SMALLINT",
-    23: "INTEGER",
-    25: "VARCHAR",
-    114: "JSON",
-    700: "FLOAT",
-    701: "DOUBLE",
-    1009: "VARCHAR[]",
-    1043: "VARCHAR",
-    1082: "DATE",
-    1114: "TIMESTAMP",
-    1184: "TIMESTAMP WITH TIME ZONE",
-    1700: "DECIMAL",
-    3802: "JSON",
-}
-
-_QUOTED_OR_MARK = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\?|%")
-
-
-def postgres_sql(sql: str) -> str:
-    """``sql`` with DuckDB's ``?`` placeholders (outside quoted strings and names) as
-    psycopg2's ``%s``, and every literal ``%`` as ``%%``."""
-
-    def swap(m: re.Match[str]) -> str:
-        token = m.group(0)  # psycopg2 formats the whole text: a quoted % is doubled too
-        return "%s" if token == "?" else token.replace("%", "%%")
-
-    return _QUOTED_OR_MARK.sub(swap, sql)
-
 
 #: first words of a statement that returns rows and may run in a cursor of the server
 QUERY_WORDS = ("SELECT", "WITH", "VALUES", "TABLE")
@@ -109,49 +77,6 @@ def split_statements(sql: str) -> list[str]:
 
 
 _COMMENTS = re.compile(r"--[^\n]*|/\*[\s\S]*?\*/")
-
-
-class PgCursor:
-    """A psycopg2 cursor inside a call's transaction, called as a DuckDB connection is."""
-
-    dialect = "postgres"
-
-    def __init__(self, con: Connection) -> None:
-        self._cur = con.cursor()
-
-    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> PgCursor:
-        """Run ``sql``: ``?`` placeholders with a sequence, psycopg2's ``%(name)s`` with a
-        mapping."""
-        if isinstance(params, Mapping):
-            self._cur.execute(sql, dict(params))
-        elif params:
-            self._cur.execute(postgres_sql(sql), list(params))
-        else:
-            self._cur.execute(sql)
-        return self
-
-    def fetchall(self) -> list[tuple[Any, ...]]:
-        return list(self._cur.fetchall())
-
-    def fetchone(self) -> tuple[Any, ...] | None:
-        row = self._cur.fetchone()
-        return tuple(row) if row is not None else None
-
-    @property
-    def description(self) -> list[tuple[str, str]] | None:
-        desc = self._cur.description
-        if desc is None:
-            return None
-        return [(d.name, TYPE_NAMES.get(d.type_code, "VARCHAR")) for d in desc]
-
-    def close(self) -> None:
-        self._cur.close()
-
-    def __enter__(self) -> PgCursor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class _Cursors:

@@ -32,8 +32,9 @@ from pipelines.analytics.publish import (
 from pipelines.analytics.risk import AT_RISK_LEVELS, LEVELS
 from pipelines.config import ANALYTICS_SCHEMA as A
 from pipelines.config import DATASET as T
+from pipelines.pg.cursor import columns
 from pipelines.toolserver.snapshot import Snapshot
-from pipelines.warehouse import column_types, quote
+from pipelines.warehouse import quote
 
 if TYPE_CHECKING:
     from pipelines.toolserver.pgread import PgView
@@ -144,19 +145,6 @@ def _records(
 def _is_postgres(x: Any) -> bool:
     """Whether ``x`` (a view or a cursor) reads a PostgreSQL warehouse."""
     return getattr(x, "dialect", "duckdb") == "postgres"
-
-
-def columns(cur: Cursor, schema: str, table: str) -> list[str]:
-    """The columns of ``schema.table`` in order; empty when it does not exist."""
-    if _is_postgres(cur):
-        rows = cur.execute(
-            "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ? AND "
-            "c.relname = ? AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
-            [schema, table],
-        ).fetchall()
-        return [r[0] for r in rows]
-    return list(column_types(cur, schema, table))
 
 
 def _public(cols: Sequence[str]) -> list[str]:
@@ -693,14 +681,15 @@ def _schema_text(tables: Sequence[tuple[Any, ...]], cols: Sequence[tuple[Any, ..
 
 
 # -- invoices (pipelines.invoices) -----------------------------------------------------------
-def audit_invoice(snap: Snapshot, invoice: str, issuer: str | None = None) -> dict[str, Any]:
+def audit_invoice(snap: View, invoice: str, issuer: str | None = None) -> dict[str, Any]:
     """The audit of one imported invoice's current version, as ``freetime invoices audit``
     computes it: per line the billed and computed amounts, the amount in dispute, the
     findings (code and sentence) and the deadline to dispute."""
     from pipelines.invoices.audit import audit_invoice as audit
 
     try:
-        results = audit(snap.con, invoice, issuer)
+        with snap.con.cursor() as cur:
+            results = audit(cur, invoice, issuer)
     except LookupError as exc:
         raise NotFound(str(exc)) from None
     lines = [

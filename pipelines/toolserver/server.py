@@ -22,6 +22,7 @@ from pipelines.analytics.risk import AT_RISK_LEVELS, Level
 from pipelines.analytics.tariffs import load_tariffs
 from pipelines.config import Warehouse
 from pipelines.history import evidence
+from pipelines.invoices.access import evidence_connection
 from pipelines.toolserver import queries
 from pipelines.toolserver.pgread import PgReader
 from pipelines.toolserver.queries import View
@@ -170,16 +171,6 @@ def open_reader(
     return SnapshotReader(warehouse, prepare=queries.prepare)
 
 
-def duckdb_only(snap: View, tool: str) -> Snapshot:
-    """``snap`` when it is a DuckDB snapshot; on PostgreSQL a tool error that says so."""
-    if not isinstance(snap, Snapshot):
-        raise ValueError(
-            f"{tool} reads a DuckDB warehouse only for now; on PostgreSQL use get_container "
-            "and query_warehouse"
-        )
-    return snap
-
-
 def build_server(
     duckdb_path: Path | Warehouse,
     *,
@@ -317,9 +308,17 @@ def build_server(
         freetime cannot know."""
 
         def gather(snap: View) -> dict[str, Any]:
-            ev = evidence.gather(
-                duckdb_only(snap, "container_evidence").con, container, load_tariffs()
-            )
+            if isinstance(snap, Snapshot):
+                ev = evidence.gather(snap.con, container, load_tariffs())
+            else:  # PostgreSQL: the box's rows, copied in the call's snapshot
+                assert isinstance(rd, PgReader)
+                with (
+                    snap.con.cursor() as cur,
+                    evidence_connection(
+                        rd.warehouse, [container], rd.timeout_seconds, within=cur
+                    ) as con,
+                ):
+                    ev = evidence.gather(con, container, load_tariffs())
             return {
                 "container": container,
                 "facts": dict(evidence.key_facts(ev)),
@@ -345,7 +344,7 @@ def build_server(
         out = _answer(
             rd,
             ("audit_invoice", invoice, issuer),
-            lambda snap: queries.audit_invoice(duckdb_only(snap, "audit_invoice"), invoice, issuer),
+            lambda snap: queries.audit_invoice(snap, invoice, issuer),
         )
         return _result(
             f"invoice {invoice}: {out['disputed_amount']:,.2f} {out['currency']} in dispute of "
