@@ -14,7 +14,6 @@ import datetime as dt
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
