@@ -529,11 +529,20 @@ def publish_risk_of(
     wanted, ships = sorted(set(containers)), sorted(set(shipments))
     # --- WAREHOUSE DISPATCH (issue 30): risk on PostgreSQL lives in pipelines/pg/risk.py ---
     warehouse = resolve_warehouse(duckdb_path)
-    if warehouse.is_postgres:  # no partial run there yet: a full one
-        from pipelines.pg.risk import publish_risk as publish_risk_postgres
+    if warehouse.is_postgres:
+        from pipelines.pg.risk import publish_risk_of as publish_risk_of_postgres
 
-        return publish_risk_postgres(
-            warehouse, as_of, tariffs_path, wait_seconds=wait_seconds, on_wait=on_wait, what=what
+        return publish_risk_of_postgres(
+            warehouse,
+            wanted,
+            ships,
+            as_of,
+            tariffs_path,
+            full_share=full_share,
+            max_age=max_age,
+            wait_seconds=wait_seconds,
+            on_wait=on_wait,
+            what=what,
         )
     # --- end of the warehouse dispatch ---
     started = time.perf_counter()
