@@ -176,7 +176,9 @@ class Applier:
                 batch_size=self.batch_size,
                 max_batches=1,
             )
+            risk_started = time.monotonic()
             risk, recomputed = self._publish_risk(summary)
+            risk_s = time.monotonic() - risk_started
         except Exception as exc:  # a locked file, an API down, bad tariffs: retried, never fatal
             self._state.last_error = f"{type(exc).__name__}: {exc}"
             self.report(f"apply failed, retrying in {self.retry_seconds:.0f}s: {exc}")
@@ -203,8 +205,8 @@ class Applier:
         )
         self.report(
             f"applied {summary.notifications} notifications: {changed} containers changed, "
-            f"risk {how}, "
-            f"{time.monotonic() - started:.1f}s; {summary.pending} pending"
+            f"risk {how}, {time.monotonic() - started:.1f}s "
+            f"(apply {summary.seconds:.1f}s, risk {risk_s:.1f}s); {summary.pending} pending"
         )
         return summary.pending > 0
 
