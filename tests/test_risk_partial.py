@@ -80,18 +80,40 @@ def _tables(db: Path) -> dict[str, list[tuple[Any, ...]]]:
         }
 
 
+def _first_batch(db: Path) -> list[str]:
+    """An earlier batch: the line LFD of two other boxes moved; returns them."""
+    with duckdb.connect(str(db)) as con:
+        ids = [
+            r[0]
+            for r in con.execute(
+                "SELECT container_id FROM analytics.demurrage_risk WHERE lfd_date IS NOT NULL "
+                "ORDER BY container_id DESC LIMIT 2"
+            ).fetchall()
+        ]
+        con.execute(
+            "UPDATE terminal49.containers SET pickup_lfd_line = coalesce(pickup_lfd_line, "
+            "DATE '2026-11-28') - 1 WHERE id IN (SELECT unnest(?))",
+            [ids],
+        )
+    return ids
+
+
 def test_a_partial_run_leaves_what_a_full_run_leaves(
     published_warehouse: Path, tmp_path: Path
 ) -> None:
-    base = tmp_path / "base.duckdb"
-    shutil.copy(published_warehouse, base)
-    with duckdb.connect(str(base), read_only=True) as con:
-        before = con.execute("SELECT * FROM analytics.demurrage_risk ORDER BY ALL").fetchall()
-    containers, shipments = _change(base)
     partial, full = tmp_path / "partial.duckdb", tmp_path / "full.duckdb"
-    shutil.copy(base, partial)
-    shutil.copy(base, full)
+    shutil.copy(published_warehouse, partial)
+    shutil.copy(published_warehouse, full)
+    # an earlier batch each way: the previous table then differs from the risk table
+    assert publish_risk_of(partial, _first_batch(partial), as_of=AS_OF).recomputed == 2
+    _first_batch(full)
+    publish_risk(full, as_of=AS_OF)
+    assert _tables(partial) == _tables(full)
+    with duckdb.connect(str(full), read_only=True) as con:
+        before = con.execute("SELECT * FROM analytics.demurrage_risk ORDER BY ALL").fetchall()
 
+    containers, shipments = _change(partial)
+    assert _change(full) == (containers, shipments)
     run = publish_risk_of(partial, containers, shipments, as_of=AS_OF)
     publish_risk(full, as_of=AS_OF)
 
