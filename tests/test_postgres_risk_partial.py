@@ -30,6 +30,25 @@ CHANGES = (
     "UPDATE terminal49.shipments SET customer_name = 'Renamed Ltd' WHERE id = {ship}",
 )
 
+FIRST = (
+    "UPDATE terminal49.containers SET pickup_lfd_line = coalesce(pickup_lfd_line, "
+    "DATE '2026-11-28') - 1 WHERE id IN ({}, {})"
+)
+PREVIOUS = (
+    "SELECT container_id, risk_level, lfd_date, lfd_line, days_to_lfd, customer_name "
+    "FROM analytics.demurrage_risk_previous ORDER BY container_id"
+)
+
+
+def _on_postgres(url: str, statements: list[str]) -> None:
+    pg = psycopg2.connect(url)
+    try:
+        with pg, pg.cursor() as cur:
+            for sql in statements:
+                cur.execute(sql)
+    finally:
+        pg.close()
+
 
 def test_a_partial_run_on_postgresql_publishes_what_a_full_run_publishes(
     pg_database: str, tmp_path: Path
@@ -43,6 +62,20 @@ def test_a_partial_run_on_postgresql_publishes_what_a_full_run_publishes(
         run_load(pg_database, api)
     publish_risk(path, as_of=AS_OF)
     publish_risk(pg_database, as_of=AS_OF)
+
+    # an earlier batch each way, so the previous table really catches up below
+    with duckdb.connect(str(path)) as con:
+        first = [
+            r[0]
+            for r in con.execute(
+                "SELECT container_id FROM analytics.demurrage_risk WHERE lfd_date IS NOT NULL "
+                "ORDER BY container_id DESC LIMIT 2"
+            ).fetchall()
+        ]
+        con.execute(FIRST.format(*[f"'{c}'" for c in first]))
+    _on_postgres(pg_database, [FIRST.format(*[f"'{c}'" for c in first])])
+    assert publish_risk_of(pg_database, first, as_of=AS_OF).recomputed == 2
+    publish_risk(path, as_of=AS_OF)
 
     with duckdb.connect(str(path)) as con:
         boxes = [
@@ -62,13 +95,7 @@ def test_a_partial_run_on_postgresql_publishes_what_a_full_run_publishes(
         quoted = {k: f"'{v}'" for k, v in names.items()}
         for sql in CHANGES:
             con.execute(sql.format(**quoted))
-    pg = psycopg2.connect(pg_database)
-    try:
-        with pg, pg.cursor() as cur:
-            for sql in CHANGES:
-                cur.execute(sql.format(**quoted))
-    finally:
-        pg.close()
+    _on_postgres(pg_database, [sql.format(**quoted) for sql in CHANGES])
 
     changed = [*boxes[:3], boxes[4], held[0]]
     run = publish_risk_of(pg_database, changed, [ship[0]], as_of=AS_OF)
@@ -79,6 +106,7 @@ def test_a_partial_run_on_postgresql_publishes_what_a_full_run_publishes(
         con.execute("SET TimeZone = 'UTC'")
         expected = con.sql("SELECT * FROM analytics.demurrage_risk ORDER BY container_id").pl()
         charges = con.execute("SELECT count(*) FROM analytics.charge_days").fetchone()
+        previous = con.execute(PREVIOUS).fetchall()
     got = at_risk(pg_database, list(LEVELS)).sort("container_id")
     assert got.height == 119
     assert got.equals(expected)
@@ -87,7 +115,8 @@ def test_a_partial_run_on_postgresql_publishes_what_a_full_run_publishes(
         with pg.cursor() as cur:
             cur.execute("SELECT count(*) FROM analytics.charge_days")
             assert cur.fetchone() == charges
-            cur.execute("SELECT count(*) FROM analytics.demurrage_risk_previous")
-            assert cur.fetchone() == (120,)
+            cur.execute(PREVIOUS)
+            assert cur.fetchall() == previous
+            assert len(previous) == 120
     finally:
         pg.close()

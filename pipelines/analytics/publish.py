@@ -12,7 +12,8 @@ readers never see a half table or a risk table and charges of two runs, and
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -646,23 +647,37 @@ def _publish_all(
 ) -> pl.DataFrame:
     """Recompute every container and replace the published tables; the new risk rows."""
     new = _compute(con, path, as_of, tariffs)
-    for name, frame in new.items():
-        con.register(name, frame.to_arrow())
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with _registered(con, new), _transaction(con):
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {A}")
         _keep_previous(con)
         for name, table in _TARGETS.items():
             con.execute(f"CREATE OR REPLACE TABLE {A}.{table} AS SELECT * FROM {name}")
         _finish(con, f"risk-{as_of.isoformat()}", as_of)
-        con.execute("COMMIT")
+    return new["_risk_new"]
+
+
+@contextmanager
+def _registered(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame]) -> Iterator[None]:
+    """``frames`` registered on ``con`` under their names while the block runs."""
+    for name, frame in frames.items():
+        con.register(name, frame.to_arrow())
+    try:
+        yield
+    finally:
+        for name in frames:
+            con.unregister(name)
+
+
+@contextmanager
+def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """The block in one transaction: committed, or rolled back on any error."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
     except Exception:
         con.execute("ROLLBACK")
         raise
-    finally:
-        for name in new:
-            con.unregister(name)
-    return new["_risk_new"]
+    con.execute("COMMIT")
 
 
 def _publish_some(
@@ -675,14 +690,11 @@ def _publish_some(
     """Recompute ``ids`` and replace their rows of the published tables; the new risk rows,
     or None (nothing written) when a published table's columns differ from the engine's."""
     new = _compute(con, path, as_of, tariffs, ids)
-    for name, frame in new.items():
-        con.register(name, frame.to_arrow())
-    try:
+    with _registered(con, new):
         for name, table in _TARGETS.items():
             if _described(con, name) != _described(con, f"{A}.{table}"):
                 return None
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with _transaction(con):
             _catch_up_previous(con)
             for name, table in _TARGETS.items():
                 con.execute(
@@ -690,13 +702,6 @@ def _publish_some(
                 )
                 con.execute(f"INSERT INTO {A}.{table} SELECT * FROM {name}")
             _finish(con, f"risk-{as_of.isoformat()}-{len(ids)}", as_of)
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
-    finally:
-        for name in new:
-            con.unregister(name)
     return new["_risk_new"]
 
 

@@ -403,12 +403,7 @@ def _publish_some(
         if compared
         else None
     )
-    if tables.get(PREVIOUS) == tables[RISK]:
-        cur.execute(f"DELETE FROM {A}.{PREVIOUS}")
-        cur.execute(f"INSERT INTO {A}.{PREVIOUS} SELECT * FROM {A}.{RISK}")
-    else:
-        cur.execute(f"DROP TABLE IF EXISTS {A}.{PREVIOUS} CASCADE")
-        cur.execute(f"CREATE TABLE {A}.{PREVIOUS} AS SELECT * FROM {A}.{RISK}")
+    _catch_up_previous(cur, tables)
     for table in new:
         cur.execute(f"DELETE FROM {A}.{table} WHERE container_id IN (SELECT id FROM _changed)")
         cur.execute(f"INSERT INTO {A}.{table} SELECT * FROM _new_{table}")
@@ -418,6 +413,31 @@ def _publish_some(
     record_binding(cur, run_id, as_of)
     raise_alerts(cur, df, previous, as_of)
     return df
+
+
+def _catch_up_previous(cur: Any, tables: dict[str, list[tuple[str, str]]]) -> None:
+    """``demurrage_risk_previous`` := the published risk table, by rewriting only the rows
+    that differ (those the last publish changed; compared as text, which every column type
+    has): copying the whole table would be most of a partial run's cost."""
+    if tables.get(PREVIOUS) != tables[RISK]:
+        cur.execute(f"DROP TABLE IF EXISTS {A}.{PREVIOUS} CASCADE")
+        cur.execute(f"CREATE TABLE {A}.{PREVIOUS} AS SELECT * FROM {A}.{RISK}")
+        return
+    cur.execute("DROP TABLE IF EXISTS _differ")
+    cur.execute(
+        f"""CREATE TEMPORARY TABLE _differ AS
+        SELECT coalesce(r.container_id, p.container_id) AS container_id
+        FROM {A}.{RISK} r FULL JOIN {A}.{PREVIOUS} p ON p.container_id = r.container_id
+        WHERE r::text IS DISTINCT FROM p::text"""
+    )
+    cur.execute(
+        f"DELETE FROM {A}.{PREVIOUS} WHERE container_id IN (SELECT container_id FROM _differ)"
+    )
+    cur.execute(
+        f"INSERT INTO {A}.{PREVIOUS} SELECT * FROM {A}.{RISK} "
+        "WHERE container_id IN (SELECT container_id FROM _differ)"
+    )
+    cur.execute("DROP TABLE _differ")
 
 
 def _temp_columns(cur: Any, name: str) -> list[tuple[str, str]]:
