@@ -98,18 +98,19 @@ def test_delivered_notifications_and_their_risk_reach_the_warehouse_within_10s(
         delivered = {n["id"] for n in sb.deliveries() if n["webhook_id"] == hook["id"]}
         assert delivered
 
+        # (notification, the container it names if in the warehouse, when it was applied)
+        named: list[tuple[Any, ...]] = []
+
         def applied() -> bool:
-            got = {r[0] for r in _rows(db, "SELECT id FROM terminal49.webhook_notifications")}
-            return delivered <= got
+            rows = _rows(
+                db,
+                "SELECT n.id, c.id, n.applied_at FROM terminal49.webhook_notifications n "
+                "LEFT JOIN terminal49.containers c ON c.id = n.container_id",
+            )
+            named[:] = [r for r in rows if r[0] in delivered and r[1] is not None]
+            return delivered <= {r[0] for r in rows}
 
         _within(10, applied, "every notification in the warehouse")
-        # the containers each notification names, and when its batch was applied
-        named = _rows(
-            db,
-            "SELECT n.id, n.container_id, n.applied_at FROM terminal49.webhook_notifications n "
-            "JOIN terminal49.containers c ON c.id = n.container_id",
-        )
-        named = [r for r in named if r[0] in delivered]
         assert named, "no delivered notification names a container: the check below is empty"
 
         def risk_follows() -> bool:
