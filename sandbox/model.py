@@ -434,7 +434,10 @@ class Account:
         n_before = len(self.container_ids)
         changed: list[int] = []
         deleted = self.deleted
-        for i in range(n_before):
+        # only containers whose next change is unknown or due are looked at (a comprehension
+        # over the array: an advance of a large account in small steps stays cheap)
+        due = [i for i, v in enumerate(nc) if v <= new and i < n_before]
+        for i in due:
             if deleted and i in deleted:
                 continue
             v = nc[i]

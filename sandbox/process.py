@@ -229,9 +229,10 @@ class SandboxProcess:
         """The full account as the API would serve it now."""
         return self._admin("GET", "ground_truth")
 
-    def advance(self, hours: float = 0, minutes: float = 0) -> dict[str, Any]:
-        """Advance the sandbox clock; returns clock, changed_containers, new_containers."""
-        return self._admin("POST", "advance", hours=hours, minutes=minutes)
+    def advance(self, hours: float = 0, minutes: float = 0, spread: float = 0) -> dict[str, Any]:
+        """Advance the sandbox clock; returns clock, changed_containers, new_containers and
+        notifications (queued for delivery, spaced over ``spread`` wall seconds)."""
+        return self._admin("POST", "advance", hours=hours, minutes=minutes, spread=spread)
 
     def refresh(self, count: int = 1) -> dict[str, Any]:
         """Mark ``count`` seeded-random containers as refreshed now (moves them to the front)."""

@@ -68,10 +68,14 @@ class SandboxState:
         if self.emails_per_day < 0:
             self.emails_per_day = n / 500.0
 
-    def advance(self, seconds: int) -> tuple[int, int]:
+    def advance(self, seconds: int, spread: float = 0.0) -> tuple[int, int]:
         """Advance the account and emit what a real account would: container and shipment
         notifications for subscribed events, new emails, and processing of every pending
-        document (``document.extracted`` / ``document.extraction_failed``)."""
+        document (``document.extracted`` / ``document.extraction_failed``).
+
+        ``spread`` (wall seconds): the container and shipment notifications' first deliveries
+        are spaced evenly over that long instead of all at once, as a steady stream of changes
+        reaches a live account's endpoint."""
         acct = self.account
         changed, new = acct.advance(seconds)
         if seconds <= 0:
@@ -79,8 +83,9 @@ class SandboxState:
         old = acct.last_old_clock
         wanted = self.hub.wanted()
         if wanted:
-            for occ in self.builder.changes(old, acct.last_changed, acct.last_new, wanted):
-                self.hub.emit(occ)
+            occs = self.builder.changes(old, acct.last_changed, acct.last_new, wanted)
+            for k, occ in enumerate(occs):
+                self.hub.emit(occ, spread * k / len(occs))
         if acct.container_ids and self.emails_per_day > 0:
             self.docs.arrive(old, acct.clock, self.emails_per_day)
         self.process_documents()

@@ -91,6 +91,8 @@ class Notification:
     last_attempt_at: str | None = None
     next_attempt_at: str | None = None
     in_flight: bool = False
+    sent_at: float | None = None  # wall clock (epoch seconds) when the first POST began
+    seconds: float | None = None  # from the first POST's start to its answer
 
     def resource(self) -> Resource:
         """The notification as ``GET /webhook_notifications`` lists it (current status).
@@ -110,8 +112,15 @@ class Notification:
         return data
 
     def truth(self) -> dict[str, Any]:
-        """Ground-truth record: resource plus the exact body bytes delivered (as text)."""
-        return {**self.resource(), "webhook_id": self.webhook_id, "body": self.body.decode()}
+        """Ground-truth record: resource plus the exact body bytes delivered (as text), and the
+        first attempt's ``sent_at`` (epoch seconds) and ``seconds`` (until its answer)."""
+        return {
+            **self.resource(),
+            "webhook_id": self.webhook_id,
+            "body": self.body.decode(),
+            "sent_at": self.sent_at,
+            "seconds": self.seconds,
+        }
 
 
 @dataclass
@@ -186,8 +195,9 @@ class WebhookHub:
         self._counter += 1
         return derive_uuid(self.seed, "webhook_notification", self._counter)
 
-    def emit(self, occ: Occurrence) -> list[str]:
-        """Create and queue one notification per active webhook subscribed to ``occ.event``."""
+    def emit(self, occ: Occurrence, delay: float = 0.0) -> list[str]:
+        """Create and queue one notification per active webhook subscribed to ``occ.event``,
+        its first attempt ``delay`` seconds from now."""
         ids = []
         self.emitted[occ.event] += 1
         for hook in self.webhooks.values():
@@ -198,7 +208,7 @@ class WebhookHub:
             body = orjson.dumps(body_of(data, occ.included))
             note = Notification(nid, occ.event, hook.id, occ.created_at, data, body, occ.reference)
             self.notifications[nid] = note
-            self._schedule(note, 0.0)
+            self._schedule(note, delay)
             ids.append(nid)
         return ids
 
@@ -306,7 +316,10 @@ class WebhookHub:
                 note.status, note.last_error = "failed", "webhook deleted"
                 note.next_attempt_at = None
                 return
+            sent_at, began = time.time(), time.monotonic()
             res = await self.post(hook.url, note.body, sign(hook.secret, note.body), hook.headers)
+            if note.sent_at is None:
+                note.sent_at, note.seconds = sent_at, round(time.monotonic() - began, 4)
             note.attempts += 1
             note.last_status_code, note.last_error = res.status_code, res.error
             note.last_attempt_at = _wall_iso(0.0)

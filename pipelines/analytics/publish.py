@@ -12,9 +12,10 @@ readers never see a half table or a risk table and charges of two runs, and
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -65,6 +66,8 @@ class RiskSummary:
     projected_demurrage: float = 0.0
     projected_detention: float = 0.0
     uncosted: int = 0
+    #: containers recomputed by a partial run (:func:`publish_risk_of`); None: a full run
+    recomputed: int | None = None
 
 
 class WarehouseIncompatible(WarehouseError):
@@ -477,61 +480,287 @@ def publish_risk(
     # --- end of the warehouse dispatch ---
     started = time.perf_counter()
     tariffs = load_tariffs(tariffs_path)
+    as_of = _utc(as_of)
+    path = _existing(duckdb_path)
+    with FileWriterLock(path).hold(what, wait_seconds, on_wait), writing(path) as con:
+        _require_containers(con, path)
+        df = _publish_all(con, path, as_of, tariffs)
+    return summarise(df, str(path), as_of, started)
+
+
+#: A batch touching more than this share of the account's containers gets a full run.
+FULL_SHARE = 0.2
+#: A partial run leaves the other rows as they were; once the oldest row is older than this,
+#: the next run is a full one, so time-dependent columns (days to the LFD, stale) never lag
+#: by more.
+PARTIAL_MAX_AGE = timedelta(minutes=15)
+
+
+def publish_risk_of(
+    duckdb_path: str | Path | None,
+    containers: Iterable[str],
+    shipments: Iterable[str] = (),
+    as_of: datetime | None = None,
+    tariffs_path: str | Path | None = None,
+    *,
+    full_share: float = FULL_SHARE,
+    max_age: timedelta = PARTIAL_MAX_AGE,
+    wait_seconds: float | None = None,
+    on_wait: Callable[[str], None] | None = None,
+    what: str = "risk publish (changed containers)",
+) -> RiskSummary:
+    """Recompute and publish the risk of ``containers`` and of the containers of ``shipments``
+    only (what a batch of webhook notifications changed), at ``as_of`` (default now, UTC).
+
+    Same engine and same publish as :func:`publish_risk`, in one transaction under the writer
+    lock: the rows of those containers in ``analytics.demurrage_risk``, ``charges`` and
+    ``charge_days`` are replaced (a container no longer in ``terminal49.containers`` loses its
+    rows), ``demurrage_risk_previous`` becomes the table before this publish, the views are
+    created again, the binding LFD's history rows and the alerts this publish raises are
+    written. So the rows of those containers are what a full run at ``as_of`` gives them, and
+    the other rows keep the ``as_of`` of the run that wrote them.
+
+    A full run (:func:`publish_risk`) instead when nothing was published yet, when the
+    containers are more than ``full_share`` of the account, when the oldest published row is
+    older than ``max_age`` at ``as_of``, or when the published tables' columns differ from the
+    engine's. ``RiskSummary.recomputed`` says which: the containers recomputed, or None after a
+    full run (``rows`` and the totals then cover the recomputed rows only). Raises as
+    :func:`publish_risk`.
+    """
+    wanted, ships = sorted(set(containers)), sorted(set(shipments))
+    # --- WAREHOUSE DISPATCH (issue 30): risk on PostgreSQL lives in pipelines/pg/risk.py ---
+    warehouse = resolve_warehouse(duckdb_path)
+    if warehouse.is_postgres:
+        from pipelines.pg.risk import publish_risk_of as publish_risk_of_postgres
+
+        return publish_risk_of_postgres(
+            warehouse,
+            wanted,
+            ships,
+            as_of,
+            tariffs_path,
+            full_share=full_share,
+            max_age=max_age,
+            wait_seconds=wait_seconds,
+            on_wait=on_wait,
+            what=what,
+        )
+    # --- end of the warehouse dispatch ---
+    started = time.perf_counter()
+    tariffs = load_tariffs(tariffs_path)
+    as_of = _utc(as_of)
+    path = _existing(duckdb_path)
+    with FileWriterLock(path).hold(what, wait_seconds, on_wait), writing(path) as con:
+        _require_containers(con, path)
+        ids = _affected(con, wanted, ships)
+        df = None
+        if _partial_fits(con, len(ids), as_of, full_share, max_age):
+            df = _publish_some(con, path, as_of, tariffs, ids)
+        if df is None:
+            df = _publish_all(con, path, as_of, tariffs)
+            return summarise(df, str(path), as_of, started)
+    summary = summarise(df, str(path), as_of, started)
+    summary.recomputed = len(ids)
+    return summary
+
+
+def _utc(as_of: datetime | None) -> datetime:
     as_of = as_of or datetime.now(UTC)
-    as_of = (as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)).astimezone(UTC)
+    return (as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def _existing(duckdb_path: str | Path | None) -> Path:
     path = resolve_duckdb_path(duckdb_path)
     if not path.exists():
         raise WarehouseMissing(f"no warehouse at {path}: run `freetime load` first")
-    with FileWriterLock(path).hold(what, wait_seconds, on_wait), writing(path) as con:
-        tables = _columns(con, T)
-        if "containers" not in tables:
-            raise WarehouseMissing(
-                f"the warehouse {path} has no {T}.containers table: run `freetime load` first"
-            )
-        try:
-            c = clock(read_warehouse(con), as_of, tariffs)
-            # each plan reads only the clock columns it needs: cheaper than materialising
-            # the whole clock once
-            df = risk_of(c).collect(engine="in-memory")
-            parties, days = compute_charges(c).collect()
-        except (pl.exceptions.PolarsError, UnconvertedLfds) as exc:  # data the checks miss
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise WarehouseIncompatible(f"cannot compute risk from {path}: {first}") from exc
-        new = {"_risk_new": df, "_charges_new": parties, "_charge_days_new": days}
-        for name, frame in new.items():
-            con.register(name, frame.to_arrow())
-        con.execute("BEGIN TRANSACTION")
-        try:
-            con.execute(f"CREATE SCHEMA IF NOT EXISTS {A}")
-            if "demurrage_risk" in _columns(con, A):
-                con.execute(
-                    f"CREATE OR REPLACE TABLE {A}.demurrage_risk_previous AS "
-                    f"SELECT * FROM {A}.demurrage_risk"
-                )
-            con.execute(f"CREATE OR REPLACE TABLE {A}.demurrage_risk AS SELECT * FROM _risk_new")
-            con.execute(
-                f"CREATE OR REPLACE TABLE {A}.{PARTIES_TABLE} AS SELECT * FROM _charges_new"
-            )
-            con.execute(
-                f"CREATE OR REPLACE TABLE {A}.{DAYS_TABLE} AS SELECT * FROM _charge_days_new"
-            )
-            for name, sql in view_selects(_types(con, T)):
-                con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
-            create_history_views(con)  # charged_days, free_time_used read the engine's tables
-            # a move of the binding LFD is history too (pipelines.history)
-            record_binding(con, f"risk-{as_of.isoformat()}", as_of)
-            # the alerts this publish raises commit with it (imported here: alerts read LEVELS)
-            from pipelines.alerts.rules import raise_alerts
+    return path
 
-            raise_alerts(con, as_of)
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
-        finally:
-            for name in new:
-                con.unregister(name)
-    return summarise(df, str(path), as_of, started)
+
+def _require_containers(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    if "containers" not in _columns(con, T):
+        raise WarehouseMissing(
+            f"the warehouse {path} has no {T}.containers table: run `freetime load` first"
+        )
+
+
+def _affected(
+    con: duckdb.DuckDBPyConnection, containers: Sequence[str], shipments: Sequence[str]
+) -> list[str]:
+    """``containers`` and the containers of ``shipments`` (ids, sorted)."""
+    ids = set(containers)
+    if shipments:
+        rows = con.execute(
+            f"SELECT id FROM {T}.containers WHERE shipment_id IN (SELECT unnest(?))",
+            [list(shipments)],
+        ).fetchall()
+        ids.update(str(r[0]) for r in rows)
+    return sorted(ids)
+
+
+def _partial_fits(
+    con: duckdb.DuckDBPyConnection, count: int, as_of: datetime, share: float, max_age: timedelta
+) -> bool:
+    """Whether a run over ``count`` containers may be partial (see :func:`publish_risk_of`)."""
+    if "demurrage_risk" not in _columns(con, A):
+        return False
+    row = con.execute(
+        f"SELECT (SELECT count(*) FROM {T}.containers), min(as_of) FROM {A}.demurrage_risk"
+    ).fetchone()
+    assert row is not None
+    total, oldest = row
+    if oldest is None or count > share * max(int(total), 1):
+        return False
+    return bool(as_of - oldest <= max_age)
+
+
+def _compute(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    as_of: datetime,
+    tariffs: pl.DataFrame,
+    containers: Sequence[str] | None = None,
+) -> dict[str, pl.DataFrame]:
+    """The risk rows, charges and charge days (registered names -> frames) of ``containers``
+    (default all) at ``as_of``."""
+    try:
+        c = clock(read_warehouse(con, containers), as_of, tariffs)
+        # each plan reads only the clock columns it needs: cheaper than materialising
+        # the whole clock once
+        df = risk_of(c).collect(engine="in-memory")
+        parties, days = compute_charges(c).collect()
+    except (pl.exceptions.PolarsError, UnconvertedLfds) as exc:  # data the checks miss
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WarehouseIncompatible(f"cannot compute risk from {path}: {first}") from exc
+    return {"_risk_new": df, "_charges_new": parties, "_charge_days_new": days}
+
+
+#: The published table each computed frame goes to.
+_TARGETS = {
+    "_risk_new": "demurrage_risk",
+    "_charges_new": PARTIES_TABLE,
+    "_charge_days_new": DAYS_TABLE,
+}
+
+
+def _publish_all(
+    con: duckdb.DuckDBPyConnection, path: Path, as_of: datetime, tariffs: pl.DataFrame
+) -> pl.DataFrame:
+    """Recompute every container and replace the published tables; the new risk rows."""
+    new = _compute(con, path, as_of, tariffs)
+    with _registered(con, new), _transaction(con):
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {A}")
+        _keep_previous(con)
+        for name, table in _TARGETS.items():
+            con.execute(f"CREATE OR REPLACE TABLE {A}.{table} AS SELECT * FROM {name}")
+        _finish(con, f"risk-{as_of.isoformat()}", as_of)
+    return new["_risk_new"]
+
+
+@contextmanager
+def _registered(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame]) -> Iterator[None]:
+    """``frames`` registered on ``con`` under their names while the block runs."""
+    for name, frame in frames.items():
+        con.register(name, frame.to_arrow())
+    try:
+        yield
+    finally:
+        for name in frames:
+            con.unregister(name)
+
+
+@contextmanager
+def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """The block in one transaction: committed, or rolled back on any error."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+def _publish_some(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    as_of: datetime,
+    tariffs: pl.DataFrame,
+    ids: Sequence[str],
+) -> pl.DataFrame | None:
+    """Recompute ``ids`` and replace their rows of the published tables; the new risk rows,
+    or None (nothing written) when a published table's columns differ from the engine's."""
+    new = _compute(con, path, as_of, tariffs, ids)
+    with _registered(con, new):
+        for name, table in _TARGETS.items():
+            if _described(con, name) != _described(con, f"{A}.{table}"):
+                return None
+        with _transaction(con):
+            _catch_up_previous(con)
+            for name, table in _TARGETS.items():
+                con.execute(
+                    f"DELETE FROM {A}.{table} WHERE container_id IN (SELECT unnest(?))", [ids]
+                )
+                con.execute(f"INSERT INTO {A}.{table} SELECT * FROM {name}")
+            _finish(con, f"risk-{as_of.isoformat()}-{len(ids)}", as_of)
+    return new["_risk_new"]
+
+
+def _described(con: duckdb.DuckDBPyConnection, relation: str) -> list[tuple[str, str]]:
+    try:
+        return [(str(r[0]), str(r[1])) for r in con.execute(f"DESCRIBE {relation}").fetchall()]
+    except duckdb.CatalogException:
+        return []
+
+
+def _keep_previous(con: duckdb.DuckDBPyConnection) -> None:
+    """``demurrage_risk_previous`` := the published risk table (the alerts and
+    :func:`pipelines.analytics.risk_changes` compare the two)."""
+    if "demurrage_risk" in _columns(con, A):
+        con.execute(
+            f"CREATE OR REPLACE TABLE {A}.demurrage_risk_previous AS "
+            f"SELECT * FROM {A}.demurrage_risk"
+        )
+
+
+def _catch_up_previous(con: duckdb.DuckDBPyConnection) -> None:
+    """:func:`_keep_previous` by rewriting only the rows that differ: those the last publish
+    changed (a partial run's whole cost would otherwise be copying the table)."""
+    # (a missing table is looked up, not DESCRIBEd: an error would abort the transaction)
+    if "demurrage_risk_previous" not in _columns(con, A) or _described(
+        con, f"{A}.demurrage_risk_previous"
+    ) != _described(con, f"{A}.demurrage_risk"):
+        _keep_previous(con)
+        return
+    risk, previous = f"{A}.demurrage_risk", f"{A}.demurrage_risk_previous"
+    # rows compared by a hash of the whole row (a 64-bit hash: cheaper than EXCEPT's compare
+    # of every column, for a chance of a missed difference of one in 2**64)
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE _differ AS
+        SELECT coalesce(n.container_id, o.container_id) AS container_id
+        FROM (SELECT container_id, hash(r) AS h FROM {risk} r) n
+        FULL JOIN (SELECT container_id, hash(p) AS h FROM {previous} p) o
+            ON o.container_id = n.container_id
+        WHERE n.h IS DISTINCT FROM o.h"""
+    )
+    con.execute(f"DELETE FROM {previous} WHERE container_id IN (SELECT container_id FROM _differ)")
+    con.execute(
+        f"INSERT INTO {previous} SELECT * FROM {risk} "
+        "WHERE container_id IN (SELECT container_id FROM _differ)"
+    )
+    con.execute("DROP TABLE _differ")
+
+
+def _finish(con: duckdb.DuckDBPyConnection, run_id: str, as_of: datetime) -> None:
+    """Inside a publish's transaction, after the tables: views, history and alerts."""
+    for name, sql in view_selects(_types(con, T)):
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+    create_history_views(con)  # charged_days, free_time_used read the engine's tables
+    # a move of the binding LFD is history too (pipelines.history)
+    record_binding(con, run_id, as_of)
+    # the alerts this publish raises commit with it (imported here: alerts read LEVELS)
+    from pipelines.alerts.rules import raise_alerts
+
+    raise_alerts(con, as_of)
 
 
 def summarise(df: pl.DataFrame, warehouse: str, as_of: datetime, started: float) -> RiskSummary:

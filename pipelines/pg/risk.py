@@ -20,7 +20,7 @@ import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -270,3 +270,180 @@ def at_risk(warehouse: Warehouse, levels: Sequence[str] | None = None) -> pl.Dat
         return _frame(
             cur, f"SELECT * FROM {A}.{RISK} WHERE risk_level IN ({listed}) {URGENCY_ORDER}"
         )
+
+
+def publish_risk_of(
+    warehouse: Warehouse,
+    containers: Sequence[str],
+    shipments: Sequence[str] = (),
+    as_of: datetime | None = None,
+    tariffs_path: str | Path | None = None,
+    *,
+    full_share: float,
+    max_age: timedelta,
+    wait_seconds: float | None = None,
+    on_wait: Callable[[str], None] | None = None,
+    what: str = "risk publish (changed containers)",
+) -> RiskSummary:
+    """:func:`pipelines.analytics.publish_risk_of` on PostgreSQL: the rows of ``containers``
+    and of the containers of ``shipments`` recomputed and published in one transaction (risk,
+    charges, charge days, previous, views, binding history, alerts), or a full
+    :func:`publish_risk` in the same cases as on DuckDB."""
+    started = time.perf_counter()
+    tariffs = load_tariffs(tariffs_path)
+    as_of = as_of or datetime.now(UTC)
+    as_of = (as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)).astimezone(UTC)
+    df: pl.DataFrame | None = None
+    with (
+        writer_lock(warehouse, what, wait_seconds, on_wait),
+        adbc_connection(warehouse) as con,
+        con.cursor() as cur,
+    ):
+        types = _types(cur, T)
+        if "containers" not in types:
+            raise WarehouseMissing(
+                f"the warehouse {warehouse.display} has no {T}.containers table: run "
+                "`freetime load` first"
+            )
+        try:
+            count = _changed(cur, containers, shipments)
+            if _partial_fits(cur, count, as_of, full_share, max_age):
+                df = _publish_some(cur, types, tariffs, f"risk-{as_of.isoformat()}-{count}", as_of)
+            if df is None:
+                con.rollback()
+            else:
+                con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+    if df is None:
+        return publish_risk(
+            warehouse, as_of, tariffs_path, wait_seconds=wait_seconds, on_wait=on_wait, what=what
+        )
+    summary = summarise(df, warehouse.display, as_of, started)
+    summary.recomputed = count
+    return summary
+
+
+#: How each table's rows are narrowed to the containers of ``_changed``.
+_ONLY = {
+    "containers": "id IN (SELECT id FROM _changed)",
+    "container_holds": "container_id IN (SELECT id FROM _changed)",
+    "container_fees": "container_id IN (SELECT id FROM _changed)",
+    "shipments": f"id IN (SELECT shipment_id FROM {T}.containers "
+    "WHERE id IN (SELECT id FROM _changed))",
+}
+
+
+def _changed(cur: Any, containers: Sequence[str], shipments: Sequence[str]) -> int:
+    """Temporary table ``_changed``: ``containers`` and the containers of ``shipments``
+    (distinct ids); how many."""
+    import pyarrow as pa
+
+    cur.execute("DROP TABLE IF EXISTS _changed")
+    cur.execute("DROP TABLE IF EXISTS _changed_ships")
+    cur.adbc_ingest(
+        "_changed", pa.table({"id": pa.array(list(containers), pa.string())}), temporary=True
+    )
+    cur.adbc_ingest(
+        "_changed_ships", pa.table({"id": pa.array(list(shipments), pa.string())}), temporary=True
+    )
+    cur.execute(
+        f"INSERT INTO _changed SELECT c.id FROM {T}.containers c "
+        "WHERE c.shipment_id IN (SELECT id FROM _changed_ships) "
+        "AND c.id NOT IN (SELECT id FROM _changed)"
+    )
+    cur.execute("SELECT count(DISTINCT id) FROM _changed")
+    return int(cur.fetchone()[0])
+
+
+def _partial_fits(cur: Any, count: int, as_of: datetime, share: float, max_age: timedelta) -> bool:
+    """Whether a run over ``count`` containers may be partial (as on DuckDB)."""
+    if RISK not in _columns(cur, A):
+        return False
+    cur.execute(f"SELECT (SELECT count(*) FROM {T}.containers), min(as_of) FROM {A}.{RISK}")
+    total, oldest = cur.fetchone()
+    if oldest is None or count > share * max(int(total), 1):
+        return False
+    return bool(as_of - oldest <= max_age)
+
+
+def _publish_some(
+    cur: Any, types: dict[str, dict[str, str]], tariffs: pl.DataFrame, run_id: str, as_of: datetime
+) -> pl.DataFrame | None:
+    """Inside the caller's transaction: the rows of the ``_changed`` containers recomputed
+    and swapped in (DELETE and INSERT); the new risk rows, or None when a published table's
+    columns differ from the engine's (the caller rolls back and runs in full)."""
+
+    def fetch(table: str, sql: str) -> pl.DataFrame:
+        return _frame(cur, f"{sql} WHERE {_ONLY[table]}" if table in _ONLY else sql)
+
+    try:
+        c = clock(read_frames(types, fetch), as_of, tariffs)
+        df = risk_of(c).collect(engine="in-memory")
+        parties, days = compute_charges(c).collect()
+    except (pl.exceptions.PolarsError, UnconvertedLfds) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WarehouseIncompatible(f"cannot compute risk: {first}") from None
+    cur.execute(f"SELECT pg_advisory_xact_lock({RISK_KEY})")
+    tables = _columns(cur, A)
+    new = {RISK: df, PARTIES_TABLE: parties, DAYS_TABLE: days}
+    for table, frame in new.items():
+        cur.execute(f"DROP TABLE IF EXISTS _new_{table}")
+        cur.adbc_ingest(f"_new_{table}", frame.to_arrow(), mode="create", temporary=True)
+        if tables.get(table) != _temp_columns(cur, f"_new_{table}"):
+            return None
+    have = {c for c, _ in tables[RISK]}
+    compared = ", ".join(c for c in NEEDED if c in have)
+    previous = (
+        _frame(
+            cur,
+            f"SELECT {compared} FROM {A}.{RISK} WHERE container_id IN (SELECT id FROM _changed)",
+        )
+        if compared
+        else None
+    )
+    _catch_up_previous(cur, tables)
+    for table in new:
+        cur.execute(f"DELETE FROM {A}.{table} WHERE container_id IN (SELECT id FROM _changed)")
+        cur.execute(f"INSERT INTO {A}.{table} SELECT * FROM _new_{table}")
+        cur.execute(f"DROP TABLE _new_{table}")
+    create_views(cur, _types(cur, T))
+    ensure_lookup_indexes(cur)
+    record_binding(cur, run_id, as_of)
+    raise_alerts(cur, df, previous, as_of)
+    return df
+
+
+def _catch_up_previous(cur: Any, tables: dict[str, list[tuple[str, str]]]) -> None:
+    """``demurrage_risk_previous`` := the published risk table, by rewriting only the rows
+    that differ (those the last publish changed; compared as text, which every column type
+    has): copying the whole table would be most of a partial run's cost."""
+    if tables.get(PREVIOUS) != tables[RISK]:
+        cur.execute(f"DROP TABLE IF EXISTS {A}.{PREVIOUS} CASCADE")
+        cur.execute(f"CREATE TABLE {A}.{PREVIOUS} AS SELECT * FROM {A}.{RISK}")
+        return
+    cur.execute("DROP TABLE IF EXISTS _differ")
+    cur.execute(
+        f"""CREATE TEMPORARY TABLE _differ AS
+        SELECT coalesce(r.container_id, p.container_id) AS container_id
+        FROM {A}.{RISK} r FULL JOIN {A}.{PREVIOUS} p ON p.container_id = r.container_id
+        WHERE r::text IS DISTINCT FROM p::text"""
+    )
+    cur.execute(
+        f"DELETE FROM {A}.{PREVIOUS} WHERE container_id IN (SELECT container_id FROM _differ)"
+    )
+    cur.execute(
+        f"INSERT INTO {A}.{PREVIOUS} SELECT * FROM {A}.{RISK} "
+        "WHERE container_id IN (SELECT container_id FROM _differ)"
+    )
+    cur.execute("DROP TABLE _differ")
+
+
+def _temp_columns(cur: Any, name: str) -> list[tuple[str, str]]:
+    cur.execute(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = pg_my_temp_schema()::regnamespace::text "
+        f"AND table_name = '{name}' ORDER BY ordinal_position"
+    )
+    return [(c, t) for c, t in cur.fetchall()]

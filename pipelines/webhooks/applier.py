@@ -7,9 +7,11 @@ warehouse):
   small batches (:func:`pipelines.webhooks.apply.apply_inbox`, ``batch_size`` notifications,
   one at a time), each published under the writer lock like any writer's: it waits its turn
   behind a load's publish and never blocks one for longer than a batch;
-- after a batch that changed containers, shipments, holds or fees, the risk is recomputed and
-  published (:func:`pipelines.analytics.publish_risk`, a full run: it takes well under a
-  second for a large account), under the writer lock too;
+- after a batch that changed containers, shipments, holds or fees, the risk of the containers
+  it touched is recomputed and published (:func:`pipelines.analytics.publish_risk_of`: one
+  transaction, those containers' rows only, or a full run when the batch touched a large share
+  of the account or the oldest row is more than a quarter of an hour old), under the writer
+  lock too;
 - the warehouse is a DuckDB file or a PostgreSQL database (:class:`~pipelines.config.Warehouse`):
   on PostgreSQL each batch and each risk run is one transaction under the writers' advisory
   lock (:mod:`pipelines.pg.lock`), and its alerts are delivered as on DuckDB;
@@ -58,6 +60,8 @@ class ApplierState:
     batches: int = 0
     notifications: int = 0
     risk_runs: int = 0
+    #: risk runs over the batch's containers only (the others were full runs)
+    partial_risk_runs: int = 0
     alerts_sent: int = 0
     last_applied_at: str | None = None
     last_error: str | None = None
@@ -171,7 +175,9 @@ class Applier:
                 batch_size=self.batch_size,
                 max_batches=1,
             )
-            risk = self._publish_risk(summary)
+            risk_started = time.monotonic()
+            risk, recomputed = self._publish_risk(summary)
+            risk_s = time.monotonic() - risk_started
         except Exception as exc:  # a locked file, an API down, bad tariffs: retried, never fatal
             self._state.last_error = f"{type(exc).__name__}: {exc}"
             self.report(f"apply failed, retrying in {self.retry_seconds:.0f}s: {exc}")
@@ -183,29 +189,43 @@ class Applier:
         state.batches += 1
         state.notifications += summary.notifications
         state.risk_runs += risk
+        state.partial_risk_runs += recomputed is not None
         if risk:
             self._send_wake.set()
         state.last_applied_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         state.last_error = None
         changed = summary.rows.get("containers", 0)
+        how = (
+            "unchanged"
+            if not risk
+            else "republished in full"
+            if recomputed is None
+            else f"republished for {recomputed} containers"
+        )
         self.report(
             f"applied {summary.notifications} notifications: {changed} containers changed, "
-            f"risk {'republished' if risk else 'unchanged'}, "
-            f"{time.monotonic() - started:.1f}s; {summary.pending} pending"
+            f"risk {how}, {time.monotonic() - started:.1f}s "
+            f"(apply {summary.seconds:.1f}s, risk {risk_s:.1f}s); {summary.pending} pending"
         )
         return summary.pending > 0
 
-    def _publish_risk(self, summary: ApplySummary) -> bool:
+    def _publish_risk(self, summary: ApplySummary) -> tuple[bool, int | None]:
+        """(risk republished, containers recomputed: None after a full run)."""
         if not self.risk or not any(summary.rows.get(t) for t in RISK_TABLES):
-            return False
-        from pipelines.analytics import publish_risk  # polars: only once there is risk to do
+            return False, None
+        from pipelines.analytics import publish_risk_of  # polars: only once there is risk to do
 
         with self._writer_lock("risk after webhooks"):
             try:
-                publish_risk(self.warehouse.path or self.warehouse.dsn)
+                run = publish_risk_of(
+                    self.warehouse.path or self.warehouse.dsn,
+                    summary.container_ids,
+                    summary.shipment_ids,
+                    what="risk after webhooks",
+                )
             except WarehouseMissing:  # webhooks before any load: no containers table yet
-                return False
-        return True
+                return False, None
+        return True, run.recomputed
 
     def _writer_lock(self, what: str) -> contextlib.AbstractContextManager[None]:
         """The warehouse's writer lock: the file lock, or PostgreSQL's advisory lock."""

@@ -133,6 +133,10 @@ class ApplySummary:
     #: notifications deleted from the inbox (applied more than ``keep_days`` ago)
     pruned: int = 0
     seconds: float = 0.0
+    #: containers whose row, holds or fees were written (or offered: an older one is skipped)
+    container_ids: set[str] = field(default_factory=set)
+    #: shipments written (or offered): their containers' risk follows them too
+    shipment_ids: set[str] = field(default_factory=set)
 
     def line(self) -> str:
         rows = ", ".join(f"{t} {n}" for t, n in sorted(self.rows.items()) if n)
@@ -578,7 +582,17 @@ def _apply_rows(
     elif batch.to_refresh:
         summary.unresolved += sorted(set(batch.to_refresh.values()))
     summary.unresolved += batch.unidentified
-    published = write_tables(warehouse, batch.tables(), lock_retry_seconds)
+    tables = batch.tables()
+    for name, key in (
+        ("containers", "id"),
+        ("container_holds", "container_id"),
+        ("container_fees", "container_id"),
+    ):
+        if name in tables:
+            summary.container_ids.update(str(v) for v in tables[name].column(key).to_pylist())
+    if "shipments" in tables:
+        summary.shipment_ids.update(str(v) for v in tables["shipments"].column("id").to_pylist())
+    published = write_tables(warehouse, tables, lock_retry_seconds)
     for name, n in published.written.items():
         summary.rows[name] = summary.rows.get(name, 0) + n
     summary.skipped_older += sum(

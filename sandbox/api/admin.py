@@ -1,7 +1,7 @@
 """``/admin``: move the sandbox's world and read its ground truth (API key, never faulted).
 
-Clock and world: ``GET /clock``, ``POST /advance?hours=&minutes=``, ``POST /refresh?count=``,
-``POST /delete?container=``. Ground truth: ``GET /ground_truth``,
+Clock and world: ``GET /clock``, ``POST /advance?hours=&minutes=&spread=``,
+``POST /refresh?count=``, ``POST /delete?container=``. Ground truth: ``GET /ground_truth``,
 ``GET /ground_truth/timestamps``, ``GET /ground_truth/notifications?event=``,
 ``GET /ground_truth/documents``. Request statistics: ``GET /stats``, ``POST /stats/reset``.
 Webhooks: ``POST /webhooks/flush?timeout=&due_only=``, ``POST /webhooks/blast?count=&...``,
@@ -50,12 +50,19 @@ async def advance(request: Request) -> Response:
     state = state_of(request)
     hours = float(request.query_params.get("hours", "0") or 0)
     minutes = float(request.query_params.get("minutes", "0") or 0)
+    spread = float(request.query_params.get("spread", "0") or 0)
     seconds = round(hours * 3600 + minutes * 60)
-    if seconds < 0:
-        raise ValueError("hours/minutes must not be negative")
-    changed, new = state.advance(seconds)
+    if seconds < 0 or spread < 0:
+        raise ValueError("hours/minutes/spread must not be negative")
+    before = len(state.hub.notifications)
+    changed, new = state.advance(seconds, spread)
     return api_response(
-        {**_clock_body(state), "changed_containers": changed, "new_containers": new}
+        {
+            **_clock_body(state),
+            "changed_containers": changed,
+            "new_containers": new,
+            "notifications": len(state.hub.notifications) - before,
+        }
     )
 
 
