@@ -192,17 +192,22 @@ def _replace(
     cur: Any, table: str, frame: pl.DataFrame, published: list[tuple[str, str]] | None
 ) -> None:
     """The rows of ``frame`` replace those of ``analytics.<table>`` (whose columns are
-    ``published``): DELETE and INSERT when the columns are the same, else a new table (the
-    views over the old one go with it and are created again)."""
+    ``published``): DELETE, then the rows COPied straight into it, when the columns are the
+    same; else a new table (the views over the old one go with it and are created again)."""
+    rows = frame.to_arrow()
+    # the columns the bulk ingest gives these rows, from an empty temporary table: the rows
+    # themselves are written once, into their table (a copy through a temporary table cost
+    # as much again as the COPY)
     cur.execute("DROP TABLE IF EXISTS _new_rows")
-    cur.adbc_ingest("_new_rows", frame.to_arrow(), mode="create", temporary=True)
-    if published == _columns_of_temp(cur):
+    cur.adbc_ingest("_new_rows", rows.slice(0, 0), mode="create", temporary=True)
+    same = published == _columns_of_temp(cur)
+    cur.execute("DROP TABLE _new_rows")
+    if same:
         cur.execute(f"DELETE FROM {A}.{table}")
-        cur.execute(f"INSERT INTO {A}.{table} SELECT * FROM _new_rows")
+        cur.adbc_ingest(table, rows, mode="append", db_schema_name=A)
     else:
         cur.execute(f"DROP TABLE IF EXISTS {A}.{table} CASCADE")
-        cur.execute(f"CREATE TABLE {A}.{table} AS SELECT * FROM _new_rows")
-    cur.execute("DROP TABLE _new_rows")
+        cur.adbc_ingest(table, rows, mode="create", db_schema_name=A)
 
 
 def _columns(cur: Any, schema: str) -> dict[str, list[tuple[str, str]]]:
