@@ -7,8 +7,8 @@ straight into Arrow, then polars), the rules are those of the DuckDB path (one
 is published in one PostgreSQL transaction: ``analytics.demurrage_risk`` (the old rows moved
 to ``demurrage_risk_previous``), ``analytics.charges`` and ``analytics.charge_days``, the
 views (:mod:`pipelines.pg.views`), the binding LFD's history rows and the alerts the run
-raises (``analytics.alert_outbox``). The new rows go to temporary tables by ADBC's bulk ingest
-(COPY), then replace the published ones by DELETE and INSERT, so a reader is never blocked
+raises (``analytics.alert_outbox``). The new rows replace the published ones by DELETE, then
+ADBC's bulk ingest (COPY) straight into the table, so a reader is never blocked
 and sees every table before or after the publish, whole (a change of a table's columns takes
 a brief lock instead). Two risk runs of one warehouse publish one after the other (a
 transaction-level advisory lock). ``demurrage_risk`` carries, besides the tool server's lookup
@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -149,44 +148,32 @@ def publish_risk(
         try:
             c = clock(read_warehouse(cur), as_of, tariffs)
             df = risk_of(c).collect(engine="in-memory")
+            parties, days = compute_charges(c).collect()
         except (pl.exceptions.PolarsError, UnconvertedLfds) as exc:
-            raise _incompatible(exc, warehouse) from None
-        # the charges are computed while the risk rows are written: the server's work on
-        # them overlaps the engine's (polars releases the GIL, as does ADBC's COPY)
-        with ThreadPoolExecutor(1, thread_name_prefix="freetime-charges") as pool:
-            computing = pool.submit(lambda: compute_charges(c).collect())
-
-            def charges() -> tuple[pl.DataFrame, pl.DataFrame]:
-                try:
-                    return computing.result()
-                except (pl.exceptions.PolarsError, UnconvertedLfds) as exc:
-                    raise _incompatible(exc, warehouse) from None
-
-            try:
-                _publish(cur, df, charges, f"risk-{as_of.isoformat()}", as_of)
-                con.commit()
-            except BaseException:
-                con.rollback()
-                raise
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise WarehouseIncompatible(
+                f"cannot compute risk from {warehouse.display}: {first}"
+            ) from None
+        try:
+            _publish(cur, df, parties, days, f"risk-{as_of.isoformat()}", as_of)
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
     return summarise(df, warehouse.display, as_of, started)
-
-
-def _incompatible(exc: Exception, warehouse: Warehouse) -> WarehouseIncompatible:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return WarehouseIncompatible(f"cannot compute risk from {warehouse.display}: {first}")
 
 
 def _publish(
     cur: Any,
     df: pl.DataFrame,
-    charges: Callable[[], tuple[pl.DataFrame, pl.DataFrame]],
+    parties: pl.DataFrame,
+    days: pl.DataFrame,
     run_id: str,
     as_of: datetime,
 ) -> None:
     """Inside the caller's transaction: the rows of ``df`` replace ``analytics.demurrage_risk``,
-    whose rows replace ``demurrage_risk_previous``; the engine's rows (``charges()``: the
-    parties' charges and their days) replace ``charges`` and ``charge_days``; then the views,
-    the binding LFD's history and the alerts."""
+    whose rows replace ``demurrage_risk_previous``; the engine's rows replace ``charges`` and
+    ``charge_days``; then the views, the binding LFD's history and the alerts."""
     cur.execute(f"SELECT pg_advisory_xact_lock({RISK_KEY})")
     cur.execute(f"CREATE SCHEMA IF NOT EXISTS {A}")
     tables = _columns(cur, A)
@@ -202,9 +189,7 @@ def _publish(
         else:
             cur.execute(f"DROP TABLE IF EXISTS {A}.{PREVIOUS} CASCADE")
             cur.execute(f"CREATE TABLE {A}.{PREVIOUS} AS SELECT * FROM {A}.{RISK}")
-    _replace(cur, RISK, df, tables.get(RISK))
-    parties, days = charges()
-    for table, frame in ((PARTIES_TABLE, parties), (DAYS_TABLE, days)):
+    for table, frame in ((RISK, df), (PARTIES_TABLE, parties), (DAYS_TABLE, days)):
         _replace(cur, table, frame, tables.get(table))
     create_views(cur, _types(cur, T))
     ensure_lookup_indexes(cur)  # a table created anew gets its lookup index again
