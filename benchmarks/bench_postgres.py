@@ -10,11 +10,16 @@ one JSON object:
   PostgreSQL within 2x DuckDB), loader peak RSS (target < 600 MB);
 - ``incremental_load``: an hour of the sandbox's clock later, an incremental load into each
   (target within 1.5x);
-- ``readers``: ``--readers`` threads, each with its own connection, alternately run the tool
-  server's ``get_container`` (the container by number, its risk row, holds and fees, in one
-  read-only transaction) and a BI-style aggregate over ``analytics.demurrage_risk``, while
-  a full load and then a risk run write the PostgreSQL warehouse: latency p50/p95/max per
-  phase and failures (target p95 < 100 ms, no failure);
+- ``readers``: ``--readers`` processes, each with its own connection, alternately run the
+  tool server's ``get_container`` (the container by number, its risk row, holds and fees, in
+  one read-only transaction) and a BI-style aggregate over ``analytics.demurrage_risk``,
+  while a full load and then a risk run write the PostgreSQL warehouse: latency
+  p50/p95/max per phase and failures (target p95 < 100 ms, no failure). Two models, each
+  over its own full load and risk run: ``paced``, readers as the tool server's users and
+  dashboards are (a call, then ``--think`` seconds on average: 20 readers make about 20
+  calls a second), and ``hammer``, every reader calling back to back (a saturation test:
+  on 2 cores shared with the loader and the server, p95 is the queue, about 10 times the
+  CPU cost of one call);
 - ``risk``: risk over ``--risk-containers`` generated as ``benchmarks/bench_risk.py`` does,
   written into each warehouse (DuckDB from Arrow; PostgreSQL by ADBC's bulk COPY), then
   ``publish_risk`` end to end (read, compute, publish) on each (target PostgreSQL within 3x).
@@ -24,13 +29,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -92,82 +97,128 @@ def risk(target: str, env: dict[str, str]) -> dict[str, Any]:
     return _child(RISK, target, AS_OF.isoformat(), env=env)
 
 
-class Readers:
-    """``n`` reader threads on PostgreSQL, each on its own connection, timing every call."""
+#: the phases the readers' calls are counted under, in order
+PHASES = ("idle", "full load", "risk run", "after")
 
-    def __init__(self, url: str, numbers: list[tuple[str, str]], n: int) -> None:
-        self.url, self.numbers, self.n = url, numbers, n
-        self.phase = "idle"
-        self.samples: dict[str, dict[str, list[float]]] = {}
-        self.failures: dict[str, list[str]] = {}
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run, args=(k,)) for k in range(n)]
+
+def _reader(
+    url: str,
+    numbers: list[tuple[str, str]],
+    k: int,
+    think: float,
+    phase: Any,
+    stop: Any,
+    ready: Any,
+    out: Any,
+) -> None:
+    """One reader process: its own connection, one call after another (alternately
+    get_container and the aggregate, each in one read-only transaction), then a think time
+    drawn uniformly from [think/2, 3*think/2] (none when ``think`` is 0); every call's
+    ``(phase, kind, seconds, error)`` goes to ``out`` at the end."""
+    rnd = random.Random(k)
+    con = psycopg2.connect(url, application_name="bench reader")
+    con.set_session(readonly=True, autocommit=False)
+    with con.cursor() as cur:
+        cur.execute("SET statement_timeout = '5s'")
+    con.commit()
+    ready.release()
+    calls: list[tuple[int, str, float, str | None]] = []
+    i = k  # half the readers start with the aggregate
+    if think:
+        time.sleep(rnd.uniform(0, think))  # the readers do not start in step
+    while not stop.is_set():
+        kind = "aggregate" if i % 2 else "get_container"
+        i += 1
+        started = time.perf_counter()
+        error = None
+        try:
+            with con.cursor() as cur:
+                if kind == "aggregate":
+                    cur.execute(AGGREGATE)
+                    cur.fetchall()
+                else:
+                    number, cid = rnd.choice(numbers)
+                    cur.execute(GET_CONTAINER[0], [number])
+                    cur.fetchall()
+                    for sql in GET_CONTAINER[1:]:
+                        cur.execute(sql, [cid])
+                        cur.fetchall()
+            con.commit()
+        except psycopg2.Error as exc:
+            con.rollback()
+            error = str(exc).strip().splitlines()[0]
+        calls.append((phase.value, kind, time.perf_counter() - started, error))
+        if think:
+            stop.wait(rnd.uniform(think / 2, think * 3 / 2))
+    con.close()
+    out.put(calls)
+
+
+class Readers:
+    """``n`` reader processes on PostgreSQL (each its own interpreter and connection, so
+    they do not queue on one GIL), each thinking ``think`` seconds on average between two
+    calls (0: back to back, the saturation hammer); every call timed, counted under the
+    phase it ended in."""
+
+    def __init__(self, url: str, numbers: list[tuple[str, str]], n: int, think: float) -> None:
+        ctx = multiprocessing.get_context("fork")  # no interpreter to start: a reader is ready
+        self.n, self.think = n, think
+        self._phase = ctx.Value("i", 0)
+        self._stop = ctx.Event()
+        self._ready = ctx.Semaphore(0)
+        self._out: Any = ctx.Queue()
+        self._procs = [
+            ctx.Process(
+                target=_reader,
+                args=(url, numbers, k, think, self._phase, self._stop, self._ready, self._out),
+                daemon=True,
+            )
+            for k in range(n)
+        ]
+        self.calls: list[tuple[int, str, float, str | None]] = []
+
+    @property
+    def phase(self) -> str:
+        return PHASES[self._phase.value]
+
+    @phase.setter
+    def phase(self, name: str) -> None:
+        self._phase.value = PHASES.index(name)
 
     def __enter__(self) -> Readers:
-        for t in self._threads:
-            t.start()
+        for p in self._procs:
+            p.start()
+        for _ in self._procs:  # every reader connected before the first phase starts
+            self._ready.acquire(timeout=120)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        for t in self._threads:
-            t.join()
-
-    def _record(self, kind: str, seconds: float | None, error: str | None = None) -> None:
-        with self._lock:
-            phase = self.phase
-            if error is not None:
-                self.failures.setdefault(phase, []).append(f"{kind}: {error}")
-            else:
-                assert seconds is not None
-                self.samples.setdefault(phase, {}).setdefault(kind, []).append(seconds)
-
-    def _run(self, k: int) -> None:
-        rnd = random.Random(k)
-        con = psycopg2.connect(self.url, application_name="bench reader")
-        con.set_session(readonly=True, autocommit=False)
-        with con.cursor() as cur:
-            cur.execute("SET statement_timeout = '5s'")
-        con.commit()
-        i = 0
-        while not self._stop.is_set():
-            kind = "aggregate" if i % 2 else "get_container"
-            i += 1
-            started = time.perf_counter()
-            try:
-                with con.cursor() as cur:
-                    if kind == "aggregate":
-                        cur.execute(AGGREGATE)
-                        cur.fetchall()
-                    else:
-                        number, cid = rnd.choice(self.numbers)
-                        cur.execute(GET_CONTAINER[0], [number])
-                        cur.fetchall()
-                        for sql in GET_CONTAINER[1:]:
-                            cur.execute(sql, [cid])
-                            cur.fetchall()
-                con.commit()
-                self._record(kind, time.perf_counter() - started)
-            except psycopg2.Error as exc:
-                con.rollback()
-                self._record(kind, None, str(exc).strip().splitlines()[0])
-        con.close()
+        for _ in self._procs:
+            self.calls.extend(self._out.get(timeout=120))
+        for p in self._procs:
+            p.join(timeout=30)
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for phase, kinds in self.samples.items():
+        for index, phase in enumerate(PHASES):
+            mine = [c for c in self.calls if c[0] == index]
+            if not mine:
+                continue
             out[phase] = {}
-            for kind, values in kinds.items():
-                ms = sorted(v * 1000 for v in values)
+            for kind in ("get_container", "aggregate"):
+                ms = sorted(c[2] * 1000 for c in mine if c[1] == kind and c[3] is None)
+                if not ms:
+                    continue
                 out[phase][kind] = {
                     "calls": len(ms),
                     "p50_ms": round(statistics.median(ms), 1),
                     "p95_ms": round(ms[int(0.95 * (len(ms) - 1))], 1),
                     "max_ms": round(ms[-1], 1),
                 }
-            out[phase]["failures"] = len(self.failures.get(phase, []))
-            out[phase]["first_failures"] = self.failures.get(phase, [])[:3]
+            failed = [f"{c[1]}: {c[3]}" for c in mine if c[3] is not None]
+            out[phase]["failures"] = len(failed)
+            out[phase]["first_failures"] = failed[:3]
         return out
 
 
@@ -209,6 +260,17 @@ def main() -> None:
     parser.add_argument("--containers", type=int, default=100_000)
     parser.add_argument("--risk-containers", type=int, default=1_000_000)
     parser.add_argument("--readers", type=int, default=20)
+    parser.add_argument(
+        "--think",
+        type=float,
+        default=1.0,
+        help="the paced readers' mean think time between two calls, seconds",
+    )
+    parser.add_argument(
+        "--reader-models",
+        default="paced,hammer",
+        help="which reader models run (paced: with --think; hammer: back to back)",
+    )
     args = parser.parse_args()
     bin_dir = server_bin_dir()
     if bin_dir is None:
@@ -252,24 +314,31 @@ def main() -> None:
         with psycopg2.connect(pg) as con, con.cursor() as cur:
             cur.execute("SELECT number, id FROM terminal49.containers")
             numbers = [(str(a), str(b)) for a, b in cur.fetchall()]
-        with Readers(pg, numbers, args.readers) as readers:
-            time.sleep(2)
-            readers.phase = "full load"
-            started = time.perf_counter()
-            load(sb, pg, env, full=True)
-            load_s = time.perf_counter() - started
-            readers.phase = "risk run"
-            started = time.perf_counter()
-            risk(pg, env)
-            risk_s = time.perf_counter() - started
-            readers.phase = "after"
-            time.sleep(2)
-        result["readers"] = {
-            "readers": args.readers,
-            "full_load_s": round(load_s, 2),
-            "risk_run_s": round(risk_s, 2),
-            **readers.summary(),
-        }
+        # the same writes under each reader model: first readers as people and dashboards
+        # use the warehouse (a call, then a think time), then the zero-think-time hammer
+        result["readers"] = {}
+        for model, think in (("paced", args.think), ("hammer", 0.0)):
+            if model not in args.reader_models:
+                continue
+            with Readers(pg, numbers, args.readers, think) as readers:
+                time.sleep(10)
+                readers.phase = "full load"
+                started = time.perf_counter()
+                load(sb, pg, env, full=True)
+                load_s = time.perf_counter() - started
+                readers.phase = "risk run"
+                started = time.perf_counter()
+                risk(pg, env)
+                risk_s = time.perf_counter() - started
+                readers.phase = "after"
+                time.sleep(5)
+            result["readers"][model] = {
+                "readers": args.readers,
+                "think_s": think,
+                "full_load_s": round(load_s, 2),
+                "risk_run_s": round(risk_s, 2),
+                **readers.summary(),
+            }
         _show(result, "readers")
 
         duck_1m = str(Path(tmp) / "risk.duckdb")
