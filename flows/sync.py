@@ -35,12 +35,12 @@ from flows.tasks import (
     apply_webhooks,
     audit_invoices,
     check_warehouse,
-    compute_risk,
     elapsed,
     fetch_events,
     load_account,
     publish_artifacts,
     reconcile_counts,
+    refresh_risk,
     write_html_report,
 )
 from pipelines.analytics import RiskSummary
@@ -116,7 +116,7 @@ def sync(
         # Webhook notifications received since (and during) the scan land on top of it.
         hooks = apply_webhooks(path, base_url, rate_limit_per_minute, reconcile=full)
     with _timed(timings, "risk"):
-        risk = compute_risk(path, as_of, tariffs_path)
+        risk = refresh_risk(path, as_of, tariffs_path)
     with _timed(timings, "invoices"):  # after risk: the audit reads the engine it published
         audit_invoices(path, as_of)
     with _timed(timings, "events"):  # after risk: at-risk containers get their events
@@ -168,7 +168,7 @@ def risk(
     timings: dict[str, float] = {}
     path = resolve_warehouse(duckdb_path).display  # a URL: its password masked
     with _timed(timings, "risk"):
-        summary = compute_risk(path, as_of, tariffs_path)
+        summary = refresh_risk(path, as_of, tariffs_path)
     with _timed(timings, "publish"):
         published = publish_artifacts("risk", path, summary)
     with _timed(timings, "alerts"):

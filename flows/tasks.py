@@ -284,14 +284,14 @@ def fetch_events(
 
 
 @task(
-    name="compute-risk",
+    name="refresh-risk",
     retries=1,
     retry_delay_seconds=10,
     retry_condition_fn=_retry_if_transient,
     cache_policy=NO_CACHE,
     persist_result=False,
 )
-def compute_risk(
+def refresh_risk(
     duckdb_path: str | None, as_of: dt.datetime | None = None, tariffs_path: str | None = None
 ) -> RiskSummary:
     """Recompute and publish ``analytics.demurrage_risk`` and its views as of ``as_of``, under

@@ -32,7 +32,7 @@ def upload(
     base_url: BaseUrlOption = None,
 ) -> None:
     """Upload files by direct upload and create a document for each."""
-    from pipelines.documents import (
+    from pipelines.document_intake import (
         DocumentsClient,
         DuplicateDocument,
         UploadFailed,
@@ -84,7 +84,7 @@ def sync(
 ) -> None:
     """Load documents, email submissions and document representations into the warehouse
     (a DuckDB file or PostgreSQL: --warehouse, else FREETIME_WAREHOUSE)."""
-    from pipelines.documents import sync_documents
+    from pipelines.document_intake import sync_documents
     from pipelines.load import LoadFailed
 
     quiet_logging()

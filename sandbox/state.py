@@ -11,7 +11,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.documents import DocumentStore
+from sandbox.document_store import DocumentStore
 from sandbox.faults import FaultInjector, FaultSpec
 from sandbox.model import Account
 from sandbox.render import Renderer

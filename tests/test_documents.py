@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from pipelines.config import ApiSettings
-from pipelines.documents import DocumentsClient, UploadFailed, sync_documents
+from pipelines.document_intake import DocumentsClient, UploadFailed, sync_documents
 from pipelines.warehouse import reading
 from pipelines.webhooks.apply import apply_inbox
 from tests.conftest import REPO

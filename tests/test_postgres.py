@@ -23,7 +23,7 @@ import pytest
 
 from pipelines.analytics import publish_risk
 from pipelines.config import DATASET, ApiSettings, Warehouse
-from pipelines.documents import sync_documents
+from pipelines.document_intake import sync_documents
 from pipelines.history.transport_events import fetch_transport_events
 from pipelines.load import full_lists, run_load
 from pipelines.pg.connection import connect

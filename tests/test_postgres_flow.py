@@ -19,7 +19,7 @@ import pytest
 
 from pipelines.analytics import at_risk, publish_risk
 from pipelines.config import ApiSettings, Warehouse
-from pipelines.documents import sync_documents
+from pipelines.document_intake import sync_documents
 from pipelines.load import run_load
 from sandbox.process import SandboxProcess
 from tests.pg import PostgresServer, free_port

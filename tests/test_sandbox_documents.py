@@ -14,7 +14,7 @@ import httpx
 import pytest
 from conftest import T49
 
-from sandbox.documents import fake_pdf
+from sandbox.document_store import fake_pdf
 from sandbox.process import SandboxProcess
 from sandbox.receiver import WebhookReceiver
 

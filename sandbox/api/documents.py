@@ -30,7 +30,7 @@ from sandbox.api.jsonapi import (
     state_of,
     unprocessable,
 )
-from sandbox.documents import (
+from sandbox.document_store import (
     DOCUMENT_TYPES,
     SCHEMA_VERSION,
     DocumentStore,
