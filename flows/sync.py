@@ -4,9 +4,8 @@ and ``risk`` (risk only, from what the warehouse holds).
 Both flows:
 - take the warehouse as a parameter (``duckdb_path``: a DuckDB path or a ``postgresql://``
   URL), defaulting (``None``) to the project's configuration on the machine that runs them (env
-  ``FREETIME_WAREHOUSE``, then ``FREETIME_DUCKDB``, then ``data/freetime.duckdb``); on
-  PostgreSQL the steps that do not run there yet are skipped with one log line
-  (:mod:`flows.ported`), so a deployment run by a worker works on either;
+  ``FREETIME_WAREHOUSE``, then ``FREETIME_DUCKDB``, then ``data/freetime.duckdb``), every
+  step on either, so a deployment run by a worker works on both;
   ``sync`` also takes the API settings (base URL, rate limit), resolved the same way. The API
   key is never a parameter: the load resolves it itself;
 - write the warehouse through its writer lock, held only while each step publishes (see

@@ -29,7 +29,6 @@ from flows.artifacts import (
     at_risk_rows,
     summary_markdown,
 )
-from flows.ported import skipped
 from pipelines import progress
 from pipelines.analytics import (
     RiskSummary,
@@ -262,8 +261,6 @@ def fetch_events(
     """The transport events of the containers whose milestones changed, or at risk
     (:func:`pipelines.history.transport_events.fetch_transport_events`: at most
     ``REQUEST_BUDGET`` requests a run, within the rate limit), with progress as it waits."""
-    if skipped("events", duckdb_path):
-        return EventsSummary()
     api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit_per_minute)
 
     def step(done: int, total: int) -> None:
@@ -309,9 +306,8 @@ def refresh_risk(
 
 
 @task(name="write-report", cache_policy=NO_CACHE, persist_result=False)
-def write_html_report(duckdb_path: str) -> str | None:
-    """The self-contained HTML report beside the warehouse (the markdown artifact links it);
-    None where it is skipped (:mod:`flows.ported`)."""
+def write_html_report(duckdb_path: str) -> str:
+    """The self-contained HTML report beside the warehouse (the markdown artifact links it)."""
     warehouse = resolve_warehouse(duckdb_path)
     folder = warehouse.path.parent if warehouse.path else warehouse.working_folder()
     return str(write_report(warehouse.path or duckdb_path, folder / REPORT_NAME))
@@ -332,10 +328,7 @@ class Published:
 @task(name="reconcile-counts", cache_policy=NO_CACHE, persist_result=False)
 def reconcile_counts(duckdb_path: str, load: LoadOutcome) -> list[Reconciliation]:
     """The warehouse's row counts of the reconciled lists against the API's totals (after a
-    full scan, which removed what the API no longer lists: the counts should match); none
-    where it is skipped (:mod:`flows.ported`)."""
-    if skipped("reconciliation", duckdb_path):
-        return []
+    full scan, which removed what the API no longer lists: the counts should match)."""
     warehouse = resolve_warehouse(duckdb_path)
     tables = list(RECONCILED_TABLES.values())
     if warehouse.is_postgres:
@@ -371,11 +364,9 @@ def publish_artifacts(
     (warehouse row counts against the API's totals)."""
     warehouse = resolve_warehouse(duckdb_path)
     rows = at_risk_rows(at_risk(duckdb_path).to_dicts())
-    changes, exposure = None, None
-    if not skipped("changes", warehouse):
-        # from the warehouse on both: the previous run's rows are published beside the new
-        since = read_changes(warehouse, retry_seconds=LOCK_RETRY_SECONDS)
-        changes, exposure = since.changes, since.exposure
+    # from the warehouse on both: the previous run's rows are published beside the new
+    since = read_changes(warehouse, retry_seconds=LOCK_RETRY_SECONDS)
+    changes, exposure = since.changes, since.exposure
     recon = list(reconciliation or [])
     markdown = summary_markdown(
         SummaryInput(
