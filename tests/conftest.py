@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xdist.scheduler import LoadGroupScheduling
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -172,13 +173,23 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 SHARED_SCOPES = frozenset({"module", "class", "package"})
 
 
-def _xdist_group(item: pytest.Item) -> str | None:
-    """The module's path when ``item`` uses a module- (or class-) scoped fixture, else None.
+#: Session fixtures whose tests all run on one worker (a group of that name), so that one
+#: instance serves them all: a Prefect test server costs some 15 s of CPU to start.
+ONE_WORKER_FIXTURES: tuple[str, ...] = ()
 
-    Under ``--dist loadgroup`` (``quickstart.py test``) the tests of such a module run on one
-    worker and share the fixture's one instance (a sandbox, a loaded warehouse); every other
-    test goes to whichever worker is free. Session fixtures are built once per worker.
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The group of ``item``: the fixture's name for a fixture in :data:`ONE_WORKER_FIXTURES`;
+    the module's path when it uses a module- (or class-) scoped fixture; else None.
+
+    Under ``--dist loadgroup`` (``quickstart.py test``) the tests of a group run on one worker
+    and share the fixture's one instance (a sandbox, a loaded warehouse, the Prefect server);
+    every other test goes to whichever worker is free. Other session fixtures are built once
+    per worker that needs them.
     """
+    for name in ONE_WORKER_FIXTURES:
+        if name in getattr(item, "fixturenames", ()):
+            return name
     info = getattr(item, "_fixtureinfo", None)
     defs = getattr(info, "name2fixturedefs", {})
     if any(d.scope in SHARED_SCOPES for ds in defs.values() for d in ds):
@@ -186,10 +197,95 @@ def _xdist_group(item: pytest.Item) -> str | None:
     return None
 
 
+#: Seconds each slow test took (setup, call and teardown) in a recent whole run, for
+#: :class:`LongestFirst`; refresh it with ``pytest --store-durations`` (tests under a second
+#: are left out: an unknown test counts :data:`UNKNOWN_SECONDS`).
+DURATIONS = REPO / "tests" / "durations.json"
+UNKNOWN_SECONDS = 0.5
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store-durations",
+        action="store_true",
+        help="write each test's seconds (those over one) to tests/durations.json at the end",
+    )
+
+
+def _expected_seconds() -> dict[str, float]:
+    try:
+        data = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _test_id(nodeid: str) -> str:
+    """``nodeid`` without the ``@group`` suffix xdist adds to a grouped test's id."""
+    return nodeid.split("@")[0] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
+
+
+class LongestFirst(LoadGroupScheduling):  # type: ignore[misc]
+    """xdist's loadgroup with the work units (a group, or one ungrouped test) handed out
+    longest first by :data:`DURATIONS`, and a worker given its next unit only when it is
+    down to the test it holds (xdist's own keeps up to three queued): a long test then never
+    waits behind another on a busy worker while the others sit idle at the end."""
+
+    def __init__(self, config: pytest.Config, log: Any = None) -> None:
+        super().__init__(config, log)
+        self.seconds = _expected_seconds()
+        self.ordered = False
+
+    def _cost(self, unit: dict[str, bool]) -> float:
+        return sum(self.seconds.get(_test_id(n), UNKNOWN_SECONDS) for n in unit)
+
+    def _assign_work_unit(self, node: Any) -> None:
+        if not self.ordered:  # the queue is complete when the first unit is handed out
+            units = sorted(self.workqueue.items(), key=lambda kv: -self._cost(kv[1]))
+            self.workqueue.clear()
+            self.workqueue.update(units)
+            self.ordered = True
+        super()._assign_work_unit(node)
+
+    def _reschedule(self, node: Any) -> None:
+        if node.shutting_down:
+            return
+        if not self.workqueue:
+            node.shutdown()
+            return
+        # A worker runs a test only once it knows the next one (for fixture teardown): with
+        # one pending it waits, so that is when it gets more.
+        if self._pending_of(self.assigned_work[node]) > 1:
+            return
+        self._assign_work_unit(node)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LongestFirst | None:
+    """``--dist loadgroup`` (pyproject's default) as :class:`LongestFirst`."""
+    return LongestFirst(config, log) if config.getoption("dist") == "loadgroup" else None
+
+
+_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With ``--store-durations``: add up each test's phases (in the controller under xdist)."""
+    nodeid = _test_id(report.nodeid)
+    _SECONDS[nodeid] = _SECONDS.get(nodeid, 0.0) + report.duration
+
+
+def _store_durations(config: pytest.Config) -> None:
+    if not config.getoption("store_durations", False) or hasattr(config, "workerinput"):
+        return
+    slow = {k: round(v, 1) for k, v in sorted(_SECONDS.items()) if v >= 1.0}
+    DURATIONS.write_text(json.dumps(slow, indent=0) + "\n")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook in each worker)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark tests by the server fixtures they use; a fast test in a slow tier is an error.
-    Group the tests that share a module-scoped fixture (:func:`_xdist_group`); run the fast
+    Group the tests that share a fixture's one instance (:func:`_xdist_group`); run the fast
     tier last."""
     for item in items:
         if not item.get_closest_marker("xdist_group") and (group := _xdist_group(item)):
@@ -202,8 +298,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(
                 f"{item.nodeid} is marked fast but is in the {', '.join(sorted(slow))} tier"
             )
-    # The slow tiers first, in file order: the workers then end on short tests, not on a
-    # paced load that started last.
+    # The slow tiers first, in file order (LongestFirst keeps this order among the tests
+    # tests/durations.json does not know): the workers then end on short tests.
     items.sort(key=lambda item: item.get_closest_marker("fast") is not None)
 
 
@@ -265,6 +361,7 @@ def pytest_runtest_makereport(
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    _store_durations(session.config)
     paths = _READS.take() if _READS is not None else []
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: its controller reports them
