@@ -175,7 +175,7 @@ SHARED_SCOPES = frozenset({"module", "class", "package"})
 
 #: Session fixtures whose tests all run on one worker (a group of that name), so that one
 #: instance serves them all: a Prefect test server costs some 15 s of CPU to start.
-ONE_WORKER_FIXTURES: tuple[str, ...] = ()
+ONE_WORKER_FIXTURES = ("prefect_harness",)
 
 
 def _xdist_group(item: pytest.Item) -> str | None:
