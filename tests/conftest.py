@@ -28,9 +28,11 @@ fails, naming the file. A plain clone with nothing beside it must collect and pa
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import pickle
 import site
 import sys
 import tempfile
@@ -38,7 +40,7 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from xdist.scheduler import LoadGroupScheduling
@@ -46,6 +48,7 @@ from xdist.scheduler import LoadGroupScheduling
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 T49 = FIXTURES / "terminal49"
+T = TypeVar("T")
 
 
 def reference_json(relative: str) -> Any:
@@ -459,13 +462,33 @@ def prefect_harness() -> Iterator[None]:
         yield
 
 
+def once_per_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], T]
+) -> T:
+    """``build(folder)``, done once for the whole test run: under xdist the first worker that
+    needs it builds it (under a file lock, in the run's temporary folder that every worker
+    shares) and the others wait for it and get the same result (pickled). What it builds is
+    shared by processes: read it; to write, copy it first. Without workers: built here."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return build(tmp_path_factory.mktemp(name))
+    root = tmp_path_factory.getbasetemp().parent  # the run's folder: popen-gw0, popen-gw1...
+    folder, result = root / f"shared-{name}", root / f"shared-{name}.pickle"
+    with (root / f"shared-{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process ends
+        if not result.exists():  # a worker whose build failed leaves none: the next one tries
+            folder.mkdir(exist_ok=True)
+            built = build(folder)
+            partial = result.with_suffix(".partial")
+            partial.write_bytes(pickle.dumps(built))
+            partial.replace(result)
+        loaded: T = pickle.loads(result.read_bytes())
+        return loaded
+
+
 PUBLISHED_AS_OF = "2026-11-20T12:00:00Z"
 
 
-@pytest.fixture(scope="session")
-def published_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A warehouse loaded from a 500-container sandbox with risk published as of
-    ``PUBLISHED_AS_OF``. Shared by the notebook and report tests: treat it as read-only."""
+def _publish(folder: Path) -> Path:
     from datetime import datetime
 
     from pipelines.analytics import publish_risk
@@ -473,7 +496,7 @@ def published_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from pipelines.load import run_load
     from sandbox.process import SandboxProcess
 
-    path = tmp_path_factory.mktemp("published") / "freetime.duckdb"
+    path = folder / "freetime.duckdb"
     with SandboxProcess(containers=500, seed=49, clock=PUBLISHED_AS_OF) as sb:
         run_load(
             path,
@@ -484,13 +507,22 @@ def published_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def published_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A warehouse loaded from a 500-container sandbox with risk published as of
+    ``PUBLISHED_AS_OF``, built once per run (:func:`once_per_run`). Shared by the notebook,
+    report, tool server and alerts tests: treat it as read-only (copy it to write)."""
+    return once_per_run(tmp_path_factory, "published", _publish)
+
+
+@pytest.fixture(scope="session")
 def walked(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The container's life of ``tests/history_walk.py`` (a :class:`history_walk.Walk`), walked
-    once per session for the history and evidence tests: read it; to write, copy the file."""
+    once per run (:func:`once_per_run`) for the history, evidence and invoices tests: read
+    it; to write, copy the file."""
     sys.path.insert(0, str(REPO / "tests"))
     from history_walk import walk
 
-    return walk(tmp_path_factory.mktemp("walk"))
+    return once_per_run(tmp_path_factory, "walk", walk)
 
 
 # The sandbox tests' book: 500 containers of seed 49 at a fixed clock, one per test module.
