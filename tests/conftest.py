@@ -285,14 +285,38 @@ def _store_durations(config: pytest.Config) -> None:
     DURATIONS.write_text(json.dumps(slow, indent=0) + "\n")
 
 
+def _name_group(item: pytest.Item, group: str) -> None:
+    """Give ``item`` the id ``id@group`` by which xdist's controller groups it.
+
+    xdist's worker hook does this by setting ``item._nodeid``, which pytest 9 no longer reads
+    (a node's id is ``item._id``): without this every test of a group went to any worker,
+    each building the module's fixtures again."""
+    grouped = f"{item.nodeid}@{group}"
+    if hasattr(item, "_id"):
+        from _pytest.nodes import NodeId
+
+        item._id = NodeId.parse(grouped)
+    else:
+        item._nodeid = grouped
+    assert item.nodeid == grouped, "pytest names tests in a way this conftest does not know"
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook in each worker)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark tests by the server fixtures they use; a fast test in a slow tier is an error.
     Group the tests that share a fixture's one instance (:func:`_xdist_group`); run the fast
     tier last."""
     for item in items:
-        if not item.get_closest_marker("xdist_group") and (group := _xdist_group(item)):
+        marks = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        group = "_".join(sorted(marks)) if marks else _xdist_group(item)
+        if group and not marks:
             item.add_marker(pytest.mark.xdist_group(group))
+        loadgroup = getattr(config.option, "loadgroup", False)
+        if group and loadgroup and not item.nodeid.endswith(f"@{group}"):
+            _name_group(item, group)
         for name in getattr(item, "fixturenames", ()):
             if name in SERVER_FIXTURES:
                 item.add_marker(SERVER_FIXTURES[name])
