@@ -94,3 +94,22 @@ def test_store_durations_writes_the_seconds_of_the_slow_tests(
     conftest._store_durations(config)  # type: ignore[arg-type]
     assert json.loads(target.read_text()) == {"t.py::slow": 2.0}
     assert conftest._expected_seconds() == {"t.py::slow": 2.0}
+
+
+def _another_test() -> None:
+    pass
+
+
+def test_a_grouped_test_is_named_with_its_group_for_the_controller(
+    request: pytest.FixtureRequest,
+) -> None:
+    module = request.node.parent
+    item = pytest.Function.from_parent(module, name="_another_test", callobj=_another_test)
+    plain = item.nodeid
+    conftest._name_group(item, "tests/test_x.py")
+    assert item.nodeid == plain + "@tests/test_x.py"
+    sched = LongestFirst(  # type: ignore[arg-type]
+        SimpleNamespace(option=SimpleNamespace(), getvalue=lambda name: ["1*popen"])
+    )
+    assert sched._split_scope(item.nodeid) == "tests/test_x.py"
+    assert conftest._test_id(item.nodeid) == plain
