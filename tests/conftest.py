@@ -28,9 +28,11 @@ fails, naming the file. A plain clone with nothing beside it must collect and pa
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import pickle
 import site
 import sys
 import tempfile
@@ -38,13 +40,15 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
+from xdist.scheduler import LoadGroupScheduling
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 T49 = FIXTURES / "terminal49"
+T = TypeVar("T")
 
 
 def reference_json(relative: str) -> Any:
@@ -172,13 +176,23 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 SHARED_SCOPES = frozenset({"module", "class", "package"})
 
 
-def _xdist_group(item: pytest.Item) -> str | None:
-    """The module's path when ``item`` uses a module- (or class-) scoped fixture, else None.
+#: Session fixtures whose tests all run on one worker (a group of that name), so that one
+#: instance serves them all: a Prefect test server costs some 15 s of CPU to start.
+ONE_WORKER_FIXTURES = ("prefect_harness",)
 
-    Under ``--dist loadgroup`` (``quickstart.py test``) the tests of such a module run on one
-    worker and share the fixture's one instance (a sandbox, a loaded warehouse); every other
-    test goes to whichever worker is free. Session fixtures are built once per worker.
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The group of ``item``: the fixture's name for a fixture in :data:`ONE_WORKER_FIXTURES`;
+    the module's path when it uses a module- (or class-) scoped fixture; else None.
+
+    Under ``--dist loadgroup`` (``quickstart.py test``) the tests of a group run on one worker
+    and share the fixture's one instance (a sandbox, a loaded warehouse, the Prefect server);
+    every other test goes to whichever worker is free. Other session fixtures are built once
+    per worker that needs them.
     """
+    for name in ONE_WORKER_FIXTURES:
+        if name in getattr(item, "fixturenames", ()):
+            return name
     info = getattr(item, "_fixtureinfo", None)
     defs = getattr(info, "name2fixturedefs", {})
     if any(d.scope in SHARED_SCOPES for ds in defs.values() for d in ds):
@@ -186,14 +200,123 @@ def _xdist_group(item: pytest.Item) -> str | None:
     return None
 
 
+#: Seconds each slow test took (setup, call and teardown) in a recent whole run, for
+#: :class:`LongestFirst`; refresh it with ``pytest --store-durations`` (tests under a second
+#: are left out: an unknown test counts :data:`UNKNOWN_SECONDS`).
+DURATIONS = REPO / "tests" / "durations.json"
+UNKNOWN_SECONDS = 0.5
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store-durations",
+        action="store_true",
+        help="write each test's seconds (those over one) to tests/durations.json at the end",
+    )
+
+
+def _expected_seconds() -> dict[str, float]:
+    try:
+        data = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _test_id(nodeid: str) -> str:
+    """``nodeid`` without the ``@group`` suffix xdist adds to a grouped test's id."""
+    return nodeid.split("@")[0] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
+
+
+class LongestFirst(LoadGroupScheduling):  # type: ignore[misc]
+    """xdist's loadgroup with the work units (a group, or one ungrouped test) handed out
+    longest first by :data:`DURATIONS`, and a worker given its next unit only when it is
+    down to the test it holds (xdist's own keeps up to three queued): a long test then never
+    waits behind another on a busy worker while the others sit idle at the end."""
+
+    def __init__(self, config: pytest.Config, log: Any = None) -> None:
+        super().__init__(config, log)
+        self.seconds = _expected_seconds()
+        self.ordered = False
+
+    def _cost(self, unit: dict[str, bool]) -> float:
+        return sum(self.seconds.get(_test_id(n), UNKNOWN_SECONDS) for n in unit)
+
+    def _assign_work_unit(self, node: Any) -> None:
+        if not self.ordered:  # the queue is complete when the first unit is handed out
+            units = sorted(self.workqueue.items(), key=lambda kv: -self._cost(kv[1]))
+            self.workqueue.clear()
+            self.workqueue.update(units)
+            self.ordered = True
+        super()._assign_work_unit(node)
+
+    def _reschedule(self, node: Any) -> None:
+        if node.shutting_down:
+            return
+        if not self.workqueue:
+            node.shutdown()
+            return
+        # A worker runs a test only once it knows the next one (for fixture teardown): with
+        # one pending it waits, so that is when it gets more.
+        if self._pending_of(self.assigned_work[node]) > 1:
+            return
+        self._assign_work_unit(node)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LongestFirst | None:
+    """``--dist loadgroup`` (pyproject's default) as :class:`LongestFirst`."""
+    return LongestFirst(config, log) if config.getoption("dist") == "loadgroup" else None
+
+
+_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With ``--store-durations``: add up each test's phases (in the controller under xdist)."""
+    nodeid = _test_id(report.nodeid)
+    _SECONDS[nodeid] = _SECONDS.get(nodeid, 0.0) + report.duration
+
+
+def _store_durations(config: pytest.Config) -> None:
+    if not config.getoption("store_durations", False) or hasattr(config, "workerinput"):
+        return
+    slow = {k: round(v, 1) for k, v in sorted(_SECONDS.items()) if v >= 1.0}
+    DURATIONS.write_text(json.dumps(slow, indent=0) + "\n")
+
+
+def _name_group(item: pytest.Item, group: str) -> None:
+    """Give ``item`` the id ``id@group`` by which xdist's controller groups it.
+
+    xdist's worker hook does this by setting ``item._nodeid``, which pytest 9 no longer reads
+    (a node's id is ``item._id``): without this every test of a group went to any worker,
+    each building the module's fixtures again."""
+    grouped = f"{item.nodeid}@{group}"
+    if hasattr(item, "_id"):
+        from _pytest.nodes import NodeId
+
+        item._id = NodeId.parse(grouped)
+    else:
+        item._nodeid = grouped
+    assert item.nodeid == grouped, "pytest names tests in a way this conftest does not know"
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook in each worker)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark tests by the server fixtures they use; a fast test in a slow tier is an error.
-    Group the tests that share a module-scoped fixture (:func:`_xdist_group`); run the fast
+    Group the tests that share a fixture's one instance (:func:`_xdist_group`); run the fast
     tier last."""
     for item in items:
-        if not item.get_closest_marker("xdist_group") and (group := _xdist_group(item)):
+        marks = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        group = "_".join(sorted(marks)) if marks else _xdist_group(item)
+        if group and not marks:
             item.add_marker(pytest.mark.xdist_group(group))
+        loadgroup = getattr(config.option, "loadgroup", False)
+        if group and loadgroup and not item.nodeid.endswith(f"@{group}"):
+            _name_group(item, group)
         for name in getattr(item, "fixturenames", ()):
             if name in SERVER_FIXTURES:
                 item.add_marker(SERVER_FIXTURES[name])
@@ -202,8 +325,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(
                 f"{item.nodeid} is marked fast but is in the {', '.join(sorted(slow))} tier"
             )
-    # The slow tiers first, in file order: the workers then end on short tests, not on a
-    # paced load that started last.
+    # The slow tiers first, in file order (LongestFirst keeps this order among the tests
+    # tests/durations.json does not know): the workers then end on short tests.
     items.sort(key=lambda item: item.get_closest_marker("fast") is not None)
 
 
@@ -265,6 +388,7 @@ def pytest_runtest_makereport(
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    _store_durations(session.config)
     paths = _READS.take() if _READS is not None else []
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: its controller reports them
@@ -362,13 +486,33 @@ def prefect_harness() -> Iterator[None]:
         yield
 
 
+def once_per_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], T]
+) -> T:
+    """``build(folder)``, done once for the whole test run: under xdist the first worker that
+    needs it builds it (under a file lock, in the run's temporary folder that every worker
+    shares) and the others wait for it and get the same result (pickled). What it builds is
+    shared by processes: read it; to write, copy it first. Without workers: built here."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return build(tmp_path_factory.mktemp(name))
+    root = tmp_path_factory.getbasetemp().parent  # the run's folder: popen-gw0, popen-gw1...
+    folder, result = root / f"shared-{name}", root / f"shared-{name}.pickle"
+    with (root / f"shared-{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process ends
+        if not result.exists():  # a worker whose build failed leaves none: the next one tries
+            folder.mkdir(exist_ok=True)
+            built = build(folder)
+            partial = result.with_suffix(".partial")
+            partial.write_bytes(pickle.dumps(built))
+            partial.replace(result)
+        loaded: T = pickle.loads(result.read_bytes())
+        return loaded
+
+
 PUBLISHED_AS_OF = "2026-11-20T12:00:00Z"
 
 
-@pytest.fixture(scope="session")
-def published_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A warehouse loaded from a 500-container sandbox with risk published as of
-    ``PUBLISHED_AS_OF``. Shared by the notebook and report tests: treat it as read-only."""
+def _publish(folder: Path) -> Path:
     from datetime import datetime
 
     from pipelines.analytics import publish_risk
@@ -376,7 +520,7 @@ def published_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from pipelines.load import run_load
     from sandbox.process import SandboxProcess
 
-    path = tmp_path_factory.mktemp("published") / "freetime.duckdb"
+    path = folder / "freetime.duckdb"
     with SandboxProcess(containers=500, seed=49, clock=PUBLISHED_AS_OF) as sb:
         run_load(
             path,
@@ -387,13 +531,22 @@ def published_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def published_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A warehouse loaded from a 500-container sandbox with risk published as of
+    ``PUBLISHED_AS_OF``, built once per run (:func:`once_per_run`). Shared by the notebook,
+    report, tool server and alerts tests: treat it as read-only (copy it to write)."""
+    return once_per_run(tmp_path_factory, "published", _publish)
+
+
+@pytest.fixture(scope="session")
 def walked(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The container's life of ``tests/history_walk.py`` (a :class:`history_walk.Walk`), walked
-    once per session for the history and evidence tests: read it; to write, copy the file."""
+    once per run (:func:`once_per_run`) for the history, evidence and invoices tests: read
+    it; to write, copy the file."""
     sys.path.insert(0, str(REPO / "tests"))
     from history_walk import walk
 
-    return walk(tmp_path_factory.mktemp("walk"))
+    return once_per_run(tmp_path_factory, "walk", walk)
 
 
 # The sandbox tests' book: 500 containers of seed 49 at a fixed clock, one per test module.
