@@ -82,8 +82,10 @@ def sync(
     warehouse: WarehouseOption = None,
     base_url: BaseUrlOption = None,
 ) -> None:
-    """Load documents, email submissions and document representations into the warehouse
-    (a DuckDB file or PostgreSQL: --warehouse, else FREETIME_WAREHOUSE)."""
+    """Load documents, email submissions and their representations into the warehouse.
+
+    The warehouse is a DuckDB file or PostgreSQL: --warehouse, else FREETIME_WAREHOUSE.
+    """
     from pipelines.document_intake import sync_documents
     from pipelines.load import LoadFailed
 
