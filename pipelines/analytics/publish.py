@@ -481,9 +481,7 @@ def publish_risk(
     started = time.perf_counter()
     tariffs = load_tariffs(tariffs_path)
     as_of = _utc(as_of)
-    path = _existing(duckdb_path)
-    with FileWriterLock(path).hold(what, wait_seconds, on_wait), writing(path) as con:
-        _require_containers(con, path)
+    with _risk_writer(duckdb_path, what, wait_seconds, on_wait) as (con, path):
         df = _publish_all(con, path, as_of, tariffs)
     return summarise(df, str(path), as_of, started)
 
@@ -549,24 +547,36 @@ def publish_risk_of(
     started = time.perf_counter()
     tariffs = load_tariffs(tariffs_path)
     as_of = _utc(as_of)
-    path = _existing(duckdb_path)
-    with FileWriterLock(path).hold(what, wait_seconds, on_wait), writing(path) as con:
-        _require_containers(con, path)
+    with _risk_writer(duckdb_path, what, wait_seconds, on_wait) as (con, path):
         ids = _affected(con, wanted, ships)
         df = None
         if _partial_fits(con, len(ids), as_of, full_share, max_age):
             df = _publish_some(con, path, as_of, tariffs, ids)
+        partial = df is not None
         if df is None:
             df = _publish_all(con, path, as_of, tariffs)
-            return summarise(df, str(path), as_of, started)
     summary = summarise(df, str(path), as_of, started)
-    summary.recomputed = len(ids)
+    summary.recomputed = len(ids) if partial else None
     return summary
 
 
 def _utc(as_of: datetime | None) -> datetime:
     as_of = as_of or datetime.now(UTC)
     return (as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+@contextmanager
+def _risk_writer(
+    duckdb_path: str | Path | None,
+    what: str,
+    wait_seconds: float | None,
+    on_wait: Callable[[str], None] | None,
+) -> Iterator[tuple[duckdb.DuckDBPyConnection, Path]]:
+    """The warehouse file open for writing under its writer lock, checked to hold containers."""
+    path = _existing(duckdb_path)
+    with FileWriterLock(path).hold(what, wait_seconds, on_wait), writing(path) as con:
+        _require_containers(con, path)
+        yield con, path
 
 
 def _existing(duckdb_path: str | Path | None) -> Path:
@@ -597,20 +607,38 @@ def _affected(
     return sorted(ids)
 
 
-def _partial_fits(
-    con: duckdb.DuckDBPyConnection, count: int, as_of: datetime, share: float, max_age: timedelta
+#: What the choice between a partial and a full run rests on (the same SQL on both warehouses):
+#: the account's containers and the oldest published risk row.
+PARTIAL_FACTS_SQL = (
+    f"SELECT (SELECT count(*) FROM {T}.containers), min(as_of) FROM {A}.demurrage_risk"
+)
+
+
+def partial_fits(
+    count: int,
+    total: int,
+    oldest: datetime | None,
+    as_of: datetime,
+    share: float = FULL_SHARE,
+    max_age: timedelta = PARTIAL_MAX_AGE,
 ) -> bool:
-    """Whether a run over ``count`` containers may be partial (see :func:`publish_risk_of`)."""
-    if "demurrage_risk" not in _columns(con, A):
-        return False
-    row = con.execute(
-        f"SELECT (SELECT count(*) FROM {T}.containers), min(as_of) FROM {A}.demurrage_risk"
-    ).fetchone()
-    assert row is not None
-    total, oldest = row
+    """Whether a run over ``count`` of the account's ``total`` containers may be partial
+    (:func:`publish_risk_of`): a risk table is published (``oldest``, its oldest row's
+    ``as_of``, is known), ``count`` is within ``share`` of the account and ``oldest`` is no
+    older than ``max_age`` at ``as_of``."""
     if oldest is None or count > share * max(int(total), 1):
         return False
     return bool(as_of - oldest <= max_age)
+
+
+def _partial_fits(
+    con: duckdb.DuckDBPyConnection, count: int, as_of: datetime, share: float, max_age: timedelta
+) -> bool:
+    if "demurrage_risk" not in _columns(con, A):
+        return False
+    row = con.execute(PARTIAL_FACTS_SQL).fetchone()
+    assert row is not None
+    return partial_fits(count, row[0], row[1], as_of, share, max_age)
 
 
 def _compute(

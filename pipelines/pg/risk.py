@@ -31,9 +31,11 @@ import polars as pl
 from pipelines.alerts.rules import NEEDED
 from pipelines.analytics.charges import DAYS_TABLE, PARTIES_TABLE, compute_charges
 from pipelines.analytics.publish import (
+    PARTIAL_FACTS_SQL,
     URGENCY_ORDER,
     RiskSummary,
     WarehouseIncompatible,
+    partial_fits,
     read_frames,
     summarise,
 )
@@ -378,14 +380,11 @@ def _changed(cur: Any, containers: Sequence[str], shipments: Sequence[str]) -> i
 
 
 def _partial_fits(cur: Any, count: int, as_of: datetime, share: float, max_age: timedelta) -> bool:
-    """Whether a run over ``count`` containers may be partial (as on DuckDB)."""
     if RISK not in _columns(cur, A):
         return False
-    cur.execute(f"SELECT (SELECT count(*) FROM {T}.containers), min(as_of) FROM {A}.{RISK}")
+    cur.execute(PARTIAL_FACTS_SQL)
     total, oldest = cur.fetchone()
-    if oldest is None or count > share * max(int(total), 1):
-        return False
-    return bool(as_of - oldest <= max_age)
+    return partial_fits(count, total, oldest, as_of, share, max_age)
 
 
 def _publish_some(
