@@ -14,6 +14,7 @@ import datetime as dt
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -160,7 +161,18 @@ def run(
             "interrupted: the warehouse holds what the last completed step wrote; "
             "the next run starts clean"
         )
+        _silence_teardown()
         raise typer.Exit(130) from None
+
+
+def _silence_teardown() -> None:
+    """After the interrupt's one line, send what the interpreter prints while it tears down a
+    run cut mid-step to /dev/null: a step's thread may still hold a DuckDB connection at exit,
+    and DuckDB's bindings then list a screenful of "nanobind: leaked ..." lines."""
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stderr.fileno())
+    os.close(devnull)
 
 
 def _run(duckdb: str | Path | None, as_of: str | None, view: TableView) -> None:
@@ -323,9 +335,11 @@ def _run_sync(duckdb: str | Path | None, as_of: dt.datetime | None) -> RunReport
         fail(f"cannot reach the Prefect API at {PREFECT_API_URL.value()}: {exc}", code=1)
     finally:
         _release_dlt_pipelines()
+    # A step that treats its failures as warnings (events, report) can swallow the interrupt
+    # and let the flow complete: Ctrl+C still ends the command with 130, never 0.
+    if _INTERRUPTED.is_set():
+        raise KeyboardInterrupt
     if not state.is_completed():
-        if _INTERRUPTED.is_set():
-            raise KeyboardInterrupt
         result: Any = state.result(raise_on_failure=False)
         if isinstance(result, BaseException):
             message = (
