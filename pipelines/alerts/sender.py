@@ -4,9 +4,9 @@
 destination works through them on its own: a slow or dead channel delays only itself. An alert
 is marked sent (the delivery state, :func:`~pipelines.alerts.state.open_state`: a file beside a
 DuckDB warehouse, tables in a PostgreSQL one) only after Apprise reports that the channel
-accepted it. On PostgreSQL a destination is served by one sender at a time across machines
-(its advisory lock, :meth:`~pipelines.alerts.pgstate.PgDeliveryState.exclusive`): a second
-sender waits up to :data:`LOCK_WAIT_SECONDS` for the first to finish, then sends only what is
+accepted it. A destination is served by one sender at a time (the state's ``exclusive``: an
+advisory lock of PostgreSQL across machines, a lock file beside a DuckDB warehouse's state
+file): a second sender waits up to :data:`LOCK_WAIT_SECONDS` for the first to finish, then sends only what is
 left, so two senders never send one alert twice.
 
 The first failure stops that destination for this pass and sets its back-off (doubling from

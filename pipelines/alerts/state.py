@@ -13,8 +13,11 @@ message: a sender killed between the two sends that one message again on restart
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
@@ -167,8 +170,33 @@ class DeliveryState:
 
     @contextmanager
     def exclusive(self, name: str, wait_seconds: float) -> Iterator[bool]:
-        """A state file serves one machine's senders: no lock (always True)."""
-        yield True
+        """Hold the lock of ``name`` (a destination's key) for the block, against every other
+        sender of this state file (the receiver's and a scheduled one on the same machine, or
+        two threads): True once held (waiting up to ``wait_seconds``), False when another
+        sender still held it after that. A lock file per destination, in a folder beside the
+        state file, so that a slow destination never holds up another; released if the
+        process dies."""
+        folder = self.path.with_name(self.path.name + ".locks")
+        digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+        try:
+            folder.mkdir(exist_ok=True)
+            fd = os.open(folder / f"{digest}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"cannot lock the alert state file {self.path}: {exc}") from exc
+        try:
+            deadline = time.monotonic() + wait_seconds
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        yield False
+                        return
+                    time.sleep(0.05)
+            yield True
+        finally:
+            os.close(fd)  # closing releases the lock
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
