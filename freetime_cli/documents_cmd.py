@@ -86,12 +86,15 @@ def sync(
 
     The warehouse is a DuckDB file or PostgreSQL: --warehouse, else FREETIME_WAREHOUSE.
     """
+    from freetime_cli.load_cmd import check_writer
+    from pipelines.config import resolve_warehouse
     from pipelines.document_intake import sync_documents
     from pipelines.load import LoadFailed
 
     quiet_logging()
     target = warehouse_given(duckdb, warehouse)
     try:
+        check_writer(resolve_warehouse(target))  # a bad warehouse fails before the API is asked
         rows = sync_documents(target, ApiSettings.resolve(base_url=base_url))
     except (ConfigError, LoadFailed, WarehouseError) as exc:
         fail(str(exc))

@@ -94,3 +94,12 @@ def test_help_never_breaks_a_command_summary_mid_sentence() -> None:
     assert "Write each container's evidence for a demurrage dispute (HTML and CSV)." in " ".join(
         r.stdout.split()
     )
+
+
+def test_documents_sync_names_a_bad_warehouse_before_asking_for_a_key(tmp_path: Path) -> None:
+    """The first thing to fix is said first: the warehouse is checked before the API key."""
+    unreachable = "postgresql://desk:s3cret@127.0.0.1:1/freetime"
+    done = _cli("documents", "sync", "--warehouse", unreachable)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: cannot connect to the warehouse"), done.stderr
+    assert "s3cret" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
