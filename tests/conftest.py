@@ -606,3 +606,30 @@ def pg_database(postgres_server: Any, tmp_path: Path, monkeypatch: pytest.Monkey
     it); the writers' local working folder is under ``tmp_path``."""
     monkeypatch.setenv("FREETIME_WORKDIR", str(tmp_path / "work"))
     return str(postgres_server.url(postgres_server.create_database()))
+
+
+# ---- PostgreSQL databases that start from a loaded account (flowtests, issue 32) --------------
+@pytest.fixture
+def pg_loaded(
+    postgres_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., str]:
+    """``pg_loaded(containers, seed, clock=None, duckdb=None)``: the URL of a new database
+    holding the load of that sandbox, a copy of one loaded once per server (tests/pg.py
+    :func:`~tests.pg.loaded_template`) instead of a sandbox and a load per test; given a path
+    ``duckdb``, a DuckDB file loaded from the same sandbox process is copied there. The
+    writers' local working folder is under ``tmp_path``, as with ``pg_database``."""
+    import shutil
+
+    from tests.pg import loaded_template
+
+    monkeypatch.setenv("FREETIME_WORKDIR", str(tmp_path / "work"))
+
+    def clone(
+        containers: int, seed: int, clock: str | None = None, duckdb: Path | None = None
+    ) -> str:
+        name, twin = loaded_template(postgres_server, containers, seed, clock, duckdb is not None)
+        if duckdb is not None and twin is not None:
+            shutil.copyfile(twin, duckdb)
+        return str(postgres_server.url(postgres_server.clone(name)))
+
+    return clone

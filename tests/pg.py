@@ -8,6 +8,11 @@ a folder that user owns.
 
 The superuser is ``postgres`` with password :data:`SUPERUSER_PASSWORD`; each test gets its own
 database (:meth:`PostgresServer.create_database`), so tests never see each other's tables.
+
+A test that starts from a loaded account gets a copy of one loaded once per server
+(:func:`loaded_template`, :meth:`PostgresServer.clone`, the ``pg_loaded`` fixture): a
+``CREATE DATABASE ... TEMPLATE`` is a file copy, where a load is a sandbox process and dlt's
+whole pipeline.
 """
 
 from __future__ import annotations
@@ -61,6 +66,10 @@ class PostgresServer:
     bin_dir: Path
     port: int = field(default_factory=free_port)
     folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="freetime-pg-")))
+    #: the databases :func:`loaded_template` built on this server, by what they hold
+    templates: dict[tuple[int, int, str | None, bool], tuple[str, Path | None]] = field(
+        default_factory=dict
+    )
 
     @property
     def data(self) -> Path:
@@ -129,6 +138,9 @@ class PostgresServer:
         with contextlib.suppress(RuntimeError):
             self._run(self.bin_dir / "pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
         shutil.rmtree(self.folder, ignore_errors=True)
+        for _, twin in self.templates.values():
+            if twin is not None:
+                shutil.rmtree(twin.parent.parent, ignore_errors=True)
 
     def url(
         self, database: str = "postgres", user: str = "postgres", password: str | None = None
@@ -157,6 +169,13 @@ class PostgresServer:
         self.execute(f'CREATE DATABASE "{name}" OWNER "{owner}"')
         return name
 
+    def clone(self, template: str) -> str:
+        """A new database holding what ``template`` holds (``CREATE DATABASE ... TEMPLATE``, a
+        copy of its files); its name. Nothing may be connected to ``template`` meanwhile."""
+        name = "t_" + uuid.uuid4().hex[:12]
+        self.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        return name
+
 
 @contextlib.contextmanager
 def running_server(bin_dir: Path, attempts: int = 3) -> Iterator[PostgresServer]:
@@ -176,3 +195,45 @@ def running_server(bin_dir: Path, attempts: int = 3) -> Iterator[PostgresServer]
         yield server
     finally:
         server.stop()
+
+
+def loaded_template(
+    server: PostgresServer,
+    containers: int,
+    seed: int,
+    clock: str | None = None,
+    duckdb_twin: bool = False,
+) -> tuple[str, Path | None]:
+    """A database on ``server`` holding the load of a sandbox of ``containers`` of ``seed`` at
+    ``clock`` (``run_load``, as a test would do it), loaded the first time it is asked for and
+    kept for the server's life: its name, and with ``duckdb_twin`` a DuckDB file loaded from
+    the same sandbox process (else None). Read them only through :meth:`clone` and a copy."""
+    key = (containers, seed, clock, duckdb_twin)
+    if key not in server.templates:
+        from pipelines.config import ApiSettings
+        from pipelines.load import run_load
+        from sandbox.process import SandboxProcess
+
+        name = f"loaded_{containers}_{seed}_{uuid.uuid4().hex[:6]}"
+        server.execute(f'CREATE DATABASE "{name}"')
+        work = Path(tempfile.mkdtemp(prefix="freetime-pg-load-"))
+        twin = work / "twin" / "freetime.duckdb" if duckdb_twin else None
+        saved = os.environ.get("FREETIME_WORKDIR")
+        os.environ["FREETIME_WORKDIR"] = str(work / "dlt")  # the load's local folder
+        try:
+            with SandboxProcess(containers=containers, seed=seed, clock=clock) as sb:
+                api = ApiSettings(
+                    base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100000
+                )
+                if twin is not None:
+                    twin.parent.mkdir()
+                    run_load(twin, api)
+                run_load(server.url(name), api)
+        finally:
+            if saved is None:
+                os.environ.pop("FREETIME_WORKDIR", None)
+            else:
+                os.environ["FREETIME_WORKDIR"] = saved
+            shutil.rmtree(work / "dlt" if twin is not None else work, ignore_errors=True)
+        server.templates[key] = (name, twin)
+    return server.templates[key]

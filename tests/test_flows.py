@@ -178,7 +178,11 @@ def sandbox() -> Iterator[Any]:
 
 @pytest.fixture
 def api_env(monkeypatch: pytest.MonkeyPatch, sandbox: Any) -> Any:
+    """The sandbox's key for the flows. The sandbox sets no rate limit and the pacing is tested
+    with the loader (tests/test_load_sandbox.py): unpaced here, a test's second and third sync
+    do not sit out the 100-a-minute window the first one filled."""
     monkeypatch.setenv("TERMINAL49_API_KEY", sandbox.api_key)
+    monkeypatch.setenv("TERMINAL49_RATE_LIMIT", "100000")
     monkeypatch.delenv("TERMINAL49_BASE_URL", raising=False)
     return sandbox
 

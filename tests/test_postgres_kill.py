@@ -54,10 +54,7 @@ def _dump(url: str) -> dict[str, list[tuple[Any, ...]]]:
 
 def _copy(server: PostgresServer, template: str) -> str:
     """A new database with the template's tables (and no staged load); its URL."""
-    name = server.create_database()
-    server.execute(f'DROP DATABASE "{name}"')
-    server.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    return server.url(name)
+    return server.url(server.clone(template))
 
 
 def _load(url: str, sb: Any, work: Path) -> subprocess.Popen[str]:

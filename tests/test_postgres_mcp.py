@@ -15,6 +15,7 @@ live database as a role made by ``freetime warehouse grant-reader``:
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -33,17 +34,17 @@ from mcp import Client
 
 from freetime_cli.mcp_cmd import serving
 from pipelines.analytics import publish_risk
-from pipelines.config import ApiSettings, Warehouse
-from pipelines.load import run_load
+from pipelines.config import Warehouse
 from pipelines.toolserver import queries
 from pipelines.toolserver.pgread import PgReader
-from sandbox.process import SandboxProcess
 
 pytestmark = pytest.mark.postgres
 
 REPO = Path(__file__).resolve().parents[1]
 CLOCK = "2026-11-20T12:00:00Z"
 AS_OF = datetime.fromisoformat(CLOCK.replace("Z", "+00:00"))
+#: the account: a sandbox of 120 containers of seed 49 at CLOCK, as test_postgres_risk loads
+CONTAINERS = 120
 READER_PASSWORD = "reader-Pass-Not-Shown"
 
 
@@ -68,19 +69,19 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def both(postgres_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Both]:
+    from tests.pg import loaded_template
+
     folder = tmp_path_factory.mktemp("pgmcp")
-    database = postgres_server.create_database()
+    # the account of tests/test_postgres_risk*.py: loaded once per server, copied here
+    template, twin = loaded_template(postgres_server, CONTAINERS, 49, CLOCK, duckdb_twin=True)
+    assert twin is not None
+    database = postgres_server.clone(template)
     writer_url = str(postgres_server.url(database))
     role = "reader_" + uuid.uuid4().hex[:8]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FREETIME_WORKDIR", str(folder / "work"))
         path = folder / "w.duckdb"
-        with SandboxProcess(containers=150, seed=49, clock=CLOCK) as sb:
-            api = ApiSettings(
-                base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100000
-            )
-            run_load(path, api)
-            run_load(writer_url, api)
+        shutil.copyfile(twin, path)
         publish_risk(path, as_of=AS_OF)
         publish_risk(writer_url, as_of=AS_OF)
         granted = _cli(
@@ -152,7 +153,7 @@ def test_the_tools_answer_the_same_on_postgresql_as_on_duckdb(
         assert b.content[0].text == a.content[0].text, (name, args)
     fresh = calls(pg, [("warehouse_freshness", {})])[0]
     assert fresh.structured_content["risk_as_of"] == "2026-11-20T12:00:00Z"
-    assert fresh.structured_content["risk_containers"] == 150
+    assert fresh.structured_content["risk_containers"] == CONTAINERS
 
 
 def _same(value: Any) -> Any:
@@ -198,7 +199,7 @@ def test_the_servers_role_cannot_write(servers: tuple[str, str], both: Both) -> 
     assert insert.is_error
     assert "cannot execute INSERT in a read-only transaction" in insert.content[0].text
     assert two.is_error and "one statement per call" in two.content[0].text
-    assert allowed.structured_content["rows"] == [[150]]
+    assert allowed.structured_content["rows"] == [[CONTAINERS]]
     # the role itself, outside the server's read-only transactions, may only read
     con = psycopg2.connect(both.reader_url)
     con.autocommit = True

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -17,9 +18,8 @@ from typer.testing import CliRunner
 
 from freetime_cli.main import app
 from pipelines.analytics import publish_risk
-from pipelines.config import ApiSettings, Warehouse
+from pipelines.config import Warehouse
 from pipelines.report.data import load_risk
-from sandbox.process import SandboxProcess
 
 pytestmark = pytest.mark.postgres
 
@@ -41,12 +41,8 @@ def _execute(url: str, *statements: str) -> list[tuple[object, ...]]:
         con.close()
 
 
-def _load(url: str, containers: int = 40) -> None:
-    from pipelines.load import run_load
-
-    with SandboxProcess(containers=containers, seed=49, clock=CLOCK) as sb:
-        api = ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100000)
-        run_load(url, api)
+#: ``pg_loaded``'s account here: a sandbox of 40 containers of seed 49 at CLOCK
+ACCOUNT = (40, 49, CLOCK)
 
 
 def _freetime(url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -75,8 +71,8 @@ SELECT (SELECT count(DISTINCT as_of) FROM analytics.demurrage_risk),
 """
 
 
-def test_a_reader_during_risk_publishes_sees_one_run_whole(pg_database: str) -> None:
-    _load(pg_database)
+def test_a_reader_during_risk_publishes_sees_one_run_whole(pg_loaded: Callable[..., str]) -> None:
+    pg_database = pg_loaded(*ACCOUNT)
     first = publish_risk(pg_database, as_of=AS_OF)
     runs = [AS_OF + timedelta(hours=h) for h in range(1, 7)]
     seen: list[tuple[object, ...]] = []
@@ -117,8 +113,10 @@ def test_a_reader_during_risk_publishes_sees_one_run_whole(pg_database: str) -> 
     assert set(reports) <= {AS_OF, *runs}
 
 
-def test_an_older_analytics_schema_is_migrated_by_the_next_risk_run(pg_database: str) -> None:
-    _load(pg_database)
+def test_an_older_analytics_schema_is_migrated_by_the_next_risk_run(
+    pg_loaded: Callable[..., str],
+) -> None:
+    pg_database = pg_loaded(*ACCOUNT)
     # what an older freetime left: a narrower risk table, a view over it, no charges
     _execute(
         pg_database,
@@ -190,10 +188,12 @@ def test_a_hand_made_warehouse_runs_or_is_refused_in_one_line(pg_database: str) 
     assert password and password not in refused.stderr + done.stdout + done.stderr
 
 
-def test_a_column_changing_type_takes_the_views_over_it_along(pg_database: str) -> None:
+def test_a_column_changing_type_takes_the_views_over_it_along(
+    pg_loaded: Callable[..., str],
+) -> None:
     from pipelines.pg.views import drop_views_over, refresh_views
 
-    _load(pg_database, containers=10)
+    pg_database = pg_loaded(*ACCOUNT)
     publish_risk(pg_database, as_of=AS_OF)
     views = "SELECT table_schema, table_name FROM information_schema.views ORDER BY 1, 2"
     before = _execute(pg_database, views)
@@ -208,15 +208,15 @@ def test_a_column_changing_type_takes_the_views_over_it_along(pg_database: str) 
     finally:
         con.close()
     assert _execute(pg_database, views) == before
-    assert _execute(pg_database, "SELECT count(*) FROM analytics.containers_wide") == [(10,)]
+    assert _execute(pg_database, "SELECT count(*) FROM analytics.containers_wide") == [(40,)]
 
 
 def test_the_notebooks_read_the_postgresql_warehouse_the_setting_names(
-    pg_database: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    pg_loaded: Callable[..., str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from tests.test_notebooks import NOTEBOOKS, run_notebook
 
-    _load(pg_database)
+    pg_database = pg_loaded(*ACCOUNT)
     publish_risk(pg_database, as_of=AS_OF)
     publish_risk(pg_database, as_of=AS_OF + timedelta(days=1))
     monkeypatch.setenv("FREETIME_WAREHOUSE", pg_database)

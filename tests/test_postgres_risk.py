@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -13,8 +14,7 @@ import psycopg2
 import pytest
 
 from pipelines.analytics import LEVELS, at_risk, publish_risk
-from pipelines.config import ApiSettings, Warehouse
-from sandbox.process import SandboxProcess
+from pipelines.config import Warehouse
 
 pytestmark = pytest.mark.postgres
 
@@ -34,15 +34,10 @@ def _rows(url: str, sql: str) -> list[tuple[object, ...]]:
 
 
 def test_risk_on_postgresql_publishes_the_rows_duckdb_publishes(
-    pg_database: str, tmp_path: Path
+    pg_loaded: Callable[..., str], tmp_path: Path
 ) -> None:
-    from pipelines.load import run_load
-
-    path = tmp_path / "w.duckdb"
-    with SandboxProcess(containers=120, seed=49, clock=CLOCK) as sb:
-        api = ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100000)
-        run_load(path, api)
-        run_load(pg_database, api)
+    path = tmp_path / "w.duckdb"  # loaded from the same sandbox process as the database
+    pg_database = pg_loaded(120, 49, CLOCK, duckdb=path)
 
     on_duck = publish_risk(path, as_of=AS_OF)
     on_pg = publish_risk(pg_database, as_of=AS_OF)
@@ -74,12 +69,10 @@ def test_risk_on_postgresql_publishes_the_rows_duckdb_publishes(
     assert again == [(first_run,)]  # nothing moved: nothing new in history
 
 
-def test_freetime_risk_runs_on_the_warehouse_the_setting_names(pg_database: str) -> None:
-    from pipelines.load import run_load
-
-    with SandboxProcess(containers=40, seed=49, clock=CLOCK) as sb:
-        api = ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100000)
-        run_load(pg_database, api)
+def test_freetime_risk_runs_on_the_warehouse_the_setting_names(
+    pg_loaded: Callable[..., str],
+) -> None:
+    pg_database = pg_loaded(40, 49, CLOCK)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TERMINAL49_", "FREETIME_"))}
     env["FREETIME_WAREHOUSE"] = pg_database
     done = subprocess.run(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -10,8 +11,6 @@ import psycopg2
 import pytest
 
 from pipelines.analytics import LEVELS, at_risk, publish_risk, publish_risk_of
-from pipelines.config import ApiSettings
-from sandbox.process import SandboxProcess
 
 pytestmark = pytest.mark.postgres
 
@@ -51,15 +50,10 @@ def _on_postgres(url: str, statements: list[str]) -> None:
 
 
 def test_a_partial_run_on_postgresql_publishes_what_a_full_run_publishes(
-    pg_database: str, tmp_path: Path
+    pg_loaded: Callable[..., str], tmp_path: Path
 ) -> None:
-    from pipelines.load import run_load
-
-    path = tmp_path / "w.duckdb"
-    with SandboxProcess(containers=120, seed=49, clock=CLOCK) as sb:
-        api = ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100000)
-        run_load(path, api)
-        run_load(pg_database, api)
+    path = tmp_path / "w.duckdb"  # loaded from the same sandbox process as the database
+    pg_database = pg_loaded(120, 49, CLOCK, duckdb=path)
     publish_risk(path, as_of=AS_OF)
     publish_risk(pg_database, as_of=AS_OF)
 

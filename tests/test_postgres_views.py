@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -15,8 +16,6 @@ import psycopg2
 import pytest
 
 from pipelines.analytics import publish_risk
-from pipelines.config import ApiSettings
-from sandbox.process import SandboxProcess
 
 pytestmark = pytest.mark.postgres
 
@@ -121,19 +120,17 @@ def _same(both: Both, sql: str) -> int:
 
 @pytest.fixture(scope="module")
 def both(postgres_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Both]:
-    from pipelines.load import run_load
+    from tests.pg import loaded_template
 
     tmp = tmp_path_factory.mktemp("views")
-    url = str(postgres_server.url(postgres_server.create_database()))
+    # the account of tests/test_postgres_risk*.py: loaded once per server, copied here
+    template, twin = loaded_template(postgres_server, 120, 49, CLOCK, duckdb_twin=True)
+    assert twin is not None
+    url = str(postgres_server.url(postgres_server.clone(template)))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FREETIME_WORKDIR", str(tmp / "work"))
         path = tmp / "w.duckdb"
-        with SandboxProcess(containers=120, seed=49, clock=CLOCK) as sb:
-            api = ApiSettings(
-                base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100000
-            )
-            run_load(path, api)
-            run_load(url, api)
+        shutil.copyfile(twin, path)
         for as_of in (AS_OF, LATER):  # the second run has a previous one: alerts
             publish_risk(path, as_of=as_of)
             publish_risk(url, as_of=as_of)

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -138,10 +139,9 @@ def test_the_receiver_applies_into_postgresql_and_risk_follows_within_10s(
 
 
 def test_a_load_holding_the_lock_delays_the_apply_never_the_acknowledgement(
-    pg_database: str, tmp_path: Path
+    pg_loaded: Callable[..., str], tmp_path: Path
 ) -> None:
-    with SandboxProcess(containers=20, seed=7) as sb:
-        run_load(pg_database, ApiSettings(base_url=sb.base_url, api_key=sb.api_key))
+    pg_database = pg_loaded(20, 7)  # a load of a sandbox of 20 containers of seed 7
     inbox, port = tmp_path / "inbox.sqlite", _free_port()
 
     def stored() -> set[str]:
@@ -176,12 +176,11 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 
 def test_webhooks_apply_writes_postgresql_behind_another_writer(
-    pg_database: str, tmp_path: Path
+    pg_loaded: Callable[..., str], tmp_path: Path
 ) -> None:
     from pipelines.webhooks.inbox import Inbox, parse_notification
 
-    with SandboxProcess(containers=20, seed=7) as sb:
-        run_load(pg_database, ApiSettings(base_url=sb.base_url, api_key=sb.api_key))
+    pg_database = pg_loaded(20, 7)  # a load of a sandbox of 20 containers of seed 7
     inbox = tmp_path / "inbox.sqlite"
     with Inbox(inbox) as box:
         box.add_many([parse_notification(_notification(k, "")) for k in range(5)])
