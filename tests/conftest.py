@@ -180,6 +180,8 @@ def pytest_configure(config: pytest.Config) -> None:
         _READS = OutsideReads(REPO)
         sys.addaudithook(_READS.audit)
         sys.addaudithook(_STARTS.audit)
+        if os.environ.get("PYTHONPYCACHEPREFIX"):  # compiled modules, not data (a clone in /tmp)
+            _READS.exempt(os.environ["PYTHONPYCACHEPREFIX"])
 
 
 #: xdist workers for ``-n auto`` (pyproject's addopts): most slow tests wait on a sandbox's
