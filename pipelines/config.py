@@ -16,6 +16,8 @@ from urllib.parse import SplitResult, unquote, urlsplit
 DEFAULT_BASE_URL = "https://api.terminal49.com/v2"
 DEFAULT_DUCKDB_PATH = Path("data") / "freetime.duckdb"
 DEFAULT_RATE_LIMIT_PER_MINUTE = 100
+#: the API counts a key's requests in a rolling window of this many seconds
+DEFAULT_RATE_WINDOW_SECONDS = 60.0
 #: Seconds an API that accepts connections may stay wholly silent before a load gives up.
 DEFAULT_STALL_SECONDS = 120.0
 DATASET = "terminal49"
@@ -253,20 +255,24 @@ class ApiSettings:
     """How to reach the API. ``api_key`` is never printed: see ``__repr__``.
 
     ``stall_seconds``: how long the API may accept connections without answering anything
-    before a load gives up (the clock restarts on every answer).
+    before a load gives up (the clock restarts on every answer). ``rate_window_seconds``: the
+    rolling window in which at most ``rate_limit_per_minute`` requests go (60 s, the API's; a
+    shorter one only for a test sandbox started with the same window).
     """
 
     base_url: str = DEFAULT_BASE_URL
     api_key: str | None = field(default=None, repr=False)
     rate_limit_per_minute: float = DEFAULT_RATE_LIMIT_PER_MINUTE
     stall_seconds: float = DEFAULT_STALL_SECONDS
+    rate_window_seconds: float = DEFAULT_RATE_WINDOW_SECONDS
 
     def __repr__(self) -> str:  # the key must never reach logs or Prefect parameters
         key = "set" if self.api_key else "missing"
         return (
             f"ApiSettings(base_url={self.base_url!r}, api_key=<{key}>, "
             f"rate_limit_per_minute={self.rate_limit_per_minute}, "
-            f"stall_seconds={self.stall_seconds})"
+            f"stall_seconds={self.stall_seconds}, "
+            f"rate_window_seconds={self.rate_window_seconds})"
         )
 
     @classmethod
@@ -295,6 +301,7 @@ class ApiSettings:
             api_key=key,
             rate_limit_per_minute=rate,
             stall_seconds=resolve_stall_seconds(stall_seconds),
+            rate_window_seconds=resolve_rate_window(),
         )
 
 
@@ -314,6 +321,21 @@ def resolve_rate_limit(rate: float | None = None) -> float:
     if rate <= 0:
         raise ConfigError(f"rate limit must be positive, got {rate}")
     return rate
+
+
+def resolve_rate_window() -> float:
+    """The rate window in seconds: env ``TERMINAL49_RATE_WINDOW_SECONDS``, else the API's 60.
+    ConfigError unless a positive number. A test setting: the limit then counts per window."""
+    raw = os.environ.get("TERMINAL49_RATE_WINDOW_SECONDS")
+    if not raw:
+        return DEFAULT_RATE_WINDOW_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise ConfigError(f"TERMINAL49_RATE_WINDOW_SECONDS must be positive seconds, got {raw!r}")
+    return seconds
 
 
 def resolve_stall_seconds(seconds: float | None = None) -> float:

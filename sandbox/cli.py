@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 
 import typer
 
+from sandbox.faults import RATE_WINDOW
+
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
 
 
@@ -45,6 +47,9 @@ def serve(
     seed: int = typer.Option(49, help="Seed of the synthetic account and of the faults."),
     api_key: str = typer.Option("sandbox-key", help="API key clients must send."),
     rate_limit: int = typer.Option(0, min=0, help="Requests per rolling minute (0 = off)."),
+    rate_window_seconds: float = typer.Option(
+        RATE_WINDOW, min=0.1, help="Seconds of the rate limit's rolling window (a test's minute)."
+    ),
     faults: str = typer.Option(
         "", help="e.g. 5xx=0.05,429=0.05,truncate=0.01,drop=0.01,slow=0.02,slow_seconds=2"
     ),
@@ -128,6 +133,7 @@ def serve(
         account=account,
         api_key=api_key,
         rate_limit=rate_limit,
+        rate_window=rate_window_seconds,
         faults=spec,
         advance_every=advance_every,
         advance_step=round(advance_step_hours * 3600),

@@ -18,6 +18,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+#: seconds of the API's rolling rate-limit window (``--rate-limit`` counts in it; a test may
+#: shorten it with ``--rate-window-seconds``)
+RATE_WINDOW = 60.0
+
 FAULT_KINDS: tuple[str, ...] = ("5xx", "429", "truncate", "drop", "slow")
 
 

@@ -64,6 +64,7 @@ class SandboxProcess:
         document_delay: float | None = None,
         emails_per_day: float | None = None,
         active_share: float | None = None,
+        rate_window: float | None = None,
     ) -> None:
         self.options = dict(
             containers=containers,
@@ -80,6 +81,7 @@ class SandboxProcess:
             "--document-delay-seconds": document_delay,
             "--emails-per-day": emails_per_day,
             "--active-share": active_share,
+            "--rate-window-seconds": rate_window,
         }
         self.startup_timeout = startup_timeout
         self.extra_args = list(extra_args or [])

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.document_store import DocumentStore
-from sandbox.faults import FaultInjector, FaultSpec
+from sandbox.faults import RATE_WINDOW, FaultInjector, FaultSpec
 from sandbox.model import Account
 from sandbox.render import Renderer
 from sandbox.webhook_events import Builder
@@ -25,7 +25,8 @@ class SandboxState:
 
     account: Account
     api_key: str
-    rate_limit: int = 0  # requests per rolling minute per key; 0 = off
+    rate_limit: int = 0  # requests per rolling window per key; 0 = off
+    rate_window: float = RATE_WINDOW  # seconds of the rolling window
     faults: FaultSpec = field(default_factory=FaultSpec)
     advance_every: float = 0.0  # wall seconds between automatic advances; 0 = off
     advance_step: int = 3600  # sandbox seconds per automatic advance

@@ -181,6 +181,42 @@ def test_a_stall_bound_that_is_not_a_positive_number_is_a_config_error(
         ApiSettings.resolve(api_key="k")
 
 
+@pytest.mark.parametrize("raw", ["", "x", "0", "-6", "inf", "nan"])
+def test_a_rate_window_that_is_not_a_positive_number_is_a_config_error(
+    raw: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TERMINAL49_RATE_WINDOW_SECONDS", raw)
+    if raw == "":  # the API's minute
+        assert ApiSettings.resolve(api_key="k").rate_window_seconds == settings.RATE_WINDOW_S
+        return
+    with pytest.raises(ConfigError, match="TERMINAL49_RATE_WINDOW_SECONDS must be positive"):
+        ApiSettings.resolve(api_key="k")
+
+
+def test_the_limit_counts_in_the_rate_window_the_settings_name(
+    loopback: Callable[[Handler], LoopbackServer],
+) -> None:
+    server = loopback(lambda path, query, headers: (200, {}, OK))
+    api = ApiSettings(server.base_url, "k", rate_limit_per_minute=2, rate_window_seconds=6)
+    sleeps: list[float] = []
+
+    class Waits(Exception):
+        pass
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        raise Waits
+
+    with Terminal49Client.for_api(api, sleep=sleep) as client:
+        client.get_json("/containers")
+        client.get_json("/containers")
+        with pytest.raises(Waits):
+            client.get_json("/containers")
+    # the third request waits for the first to leave the 6 s window (plus the margin), not 60 s
+    assert len(server.requests) == 2
+    assert 5 < sleeps[0] <= 6 + settings.RATE_WINDOW_MARGIN_S
+
+
 # -- bodies: cut short is retried, malformed is not ----------------------------------------
 
 

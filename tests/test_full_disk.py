@@ -63,6 +63,7 @@ def test_a_load_that_fills_the_disk_is_one_line_and_keeps_the_old_data(
         run_load(seed_db, api)
         env = {k: v for k, v in os.environ.items() if not k.startswith("TERMINAL49_")}
         env["TERMINAL49_API_KEY"] = sb.api_key
+        env["TERMINAL49_RATE_LIMIT"] = "100000"  # the sandbox sets none: the disk is under test
         outcomes: list[str] = []
         for attempt in range(5):
             sb.advance(hours=2)

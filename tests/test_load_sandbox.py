@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -317,12 +318,21 @@ def _cli(*args: str, env: dict[str, str] | None = None, **kw: Any) -> subprocess
     )
 
 
+def _loaded_apart(sb: Any, tmp_path: Path) -> Path:
+    """A warehouse loaded from ``sb``, copied alone into a new folder: the key's shared window
+    there is empty, so a load into it at 8 requests a minute sends 8 at once and then waits
+    (the 20-odd requests of the loading would fill the window for a minute)."""
+    seed = tmp_path / "seed" / "w.duckdb"
+    run_load(seed, _api(sb, rate=100_000))
+    (tmp_path / "run").mkdir()
+    return Path(shutil.copy(seed, tmp_path / "run" / "w.duckdb"))
+
+
 def test_ctrl_c_stops_the_load_at_once_and_writes_nothing(tmp_path: Path) -> None:
     """Ctrl+C while the loader waits for the rate window: it stops in seconds (not when the
     60 s window frees up), exits 130 with one line, and the warehouse is as it was."""
-    with SandboxProcess(containers=2000, seed=4, clock=CLOCK) as sb:
-        db = tmp_path / "w.duckdb"
-        run_load(db, _api(sb, rate=100_000))
+    with SandboxProcess(containers=1000, seed=4, clock=CLOCK) as sb:
+        db = _loaded_apart(sb, tmp_path)
         before = _dump(db)
         sb.advance(hours=24)
         sb.reset_stats()
@@ -350,6 +360,7 @@ def test_ctrl_c_stops_the_load_at_once_and_writes_nothing(tmp_path: Path) -> Non
         deadline = time.monotonic() + 60
         while sb.stats()["requests"] < 8 and time.monotonic() < deadline:
             time.sleep(0.2)
+        assert sb.stats()["requests"] >= 8, "the load did not send its first 8 requests"
         time.sleep(1.0)
         assert proc.poll() is None, f"the load ended first: {proc.stderr and proc.stderr.read()}"
         sent = time.monotonic()
@@ -362,9 +373,8 @@ def test_ctrl_c_stops_the_load_at_once_and_writes_nothing(tmp_path: Path) -> Non
 
 
 def test_killed_load_leaves_old_data_and_next_load_completes(tmp_path: Path) -> None:
-    with SandboxProcess(containers=2000, seed=3, clock=CLOCK, rate_limit=600) as sb:
-        db = tmp_path / "w.duckdb"
-        run_load(db, _api(sb, rate=100_000))
+    with SandboxProcess(containers=1000, seed=3, clock=CLOCK, rate_limit=600) as sb:
+        db = _loaded_apart(sb, tmp_path)
         with duckdb.connect(str(db), read_only=True) as con:
             old = _rows(con, "SELECT count(*) FROM terminal49.containers")
         sb.advance(hours=24)
@@ -375,6 +385,7 @@ def test_killed_load_leaves_old_data_and_next_load_completes(tmp_path: Path) -> 
         deadline = time.monotonic() + 60
         while sb.stats()["requests"] < 8 and time.monotonic() < deadline:
             time.sleep(0.2)
+        assert sb.stats()["requests"] >= 8, "the load did not send its first 8 requests"
         time.sleep(1.0)
         assert proc.poll() is None, (
             f"the load ended before it could be killed: {proc.stderr.read()}"

@@ -11,6 +11,7 @@ import copy
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -195,6 +196,20 @@ def test_rate_limit_429_with_retry_after() -> None:
         assert stats["by_status"] == {"200": 5, "429": 3} and stats["requests"] == 8
         p.reset_stats()
         assert p.stats()["requests"] == 0
+
+
+def test_a_shorter_rate_window_counts_and_frees_in_its_own_seconds() -> None:
+    with (
+        SandboxProcess(containers=10, seed=5, rate_limit=3, rate_window=2, clock=CLOCK) as p,
+        httpx.Client(headers={"Authorization": f"Token {p.api_key}"}) as c,
+    ):
+        codes = [c.get(f"{p.base_url}/shipments").status_code for _ in range(4)]
+        assert codes == [200] * 3 + [429]
+        r = c.get(f"{p.base_url}/shipments")
+        assert r.status_code == 429 and r.headers["Retry-After"] in {"1", "2"}
+        assert "3 requests per 2 s" in r.json()["errors"][0]["detail"]
+        time.sleep(int(r.headers["Retry-After"]))
+        assert c.get(f"{p.base_url}/shipments").status_code == 200  # the 2 s window moved on
 
 
 # ---- includes -------------------------------------------------------------------------------

@@ -40,6 +40,14 @@ def _api(sb: Any) -> ApiSettings:
     return ApiSettings(base_url=sb.base_url, api_key=sb.api_key)
 
 
+def _load_at_once(db: Path, world: dict[str, Any]) -> None:
+    """Load ``world`` (containers, seed, clock) into ``db`` from a twin sandbox that answers at
+    once: the same account at the same clock as the slow one a test then starts, which would
+    take tens of seconds to serve this first load."""
+    with SandboxProcess(**world) as fast:
+        run_load(db, ApiSettings(fast.base_url, fast.api_key, rate_limit_per_minute=100_000))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -57,17 +65,12 @@ def _writers(db: Path) -> list[tuple[str, str | None]]:
 def test_a_long_full_load_lets_an_incremental_load_and_a_webhook_apply_publish(
     tmp_path: Path,
 ) -> None:
+    db, inbox = tmp_path / "w.duckdb", tmp_path / "inbox.sqlite"
+    world: dict[str, Any] = {"containers": 1200, "seed": 23, "clock": CLOCK}
+    _load_at_once(db, world)
     with SandboxProcess(
-        containers=1200,
-        seed=23,
-        clock=CLOCK,
-        rate_limit=100,
-        faults=SLOWER,
-        webhook_backoff=0.2,
-        webhook_timeout=5,
+        **world, rate_limit=100, faults=SLOWER, webhook_backoff=0.2, webhook_timeout=5
     ) as sb:
-        db, inbox = tmp_path / "w.duckdb", tmp_path / "inbox.sqlite"
-        run_load(db, _api(sb))
         port = _free_port()
         hook = sb.register_webhook(f"http://127.0.0.1:{port}{PATH}")
         receiver, _ = start_receiver_process(hook["attributes"]["secret"], inbox, port=port)
@@ -101,9 +104,10 @@ def test_a_long_full_load_lets_an_incremental_load_and_a_webhook_apply_publish(
 
 
 def test_a_killed_full_scan_leaves_what_the_other_writers_published(tmp_path: Path) -> None:
-    with SandboxProcess(containers=600, seed=29, clock=CLOCK, rate_limit=100, faults=SLOW) as sb:
-        db = tmp_path / "w.duckdb"
-        run_load(db, _api(sb))
+    db = tmp_path / "w.duckdb"
+    world: dict[str, Any] = {"containers": 600, "seed": 29, "clock": CLOCK}
+    _load_at_once(db, world)
+    with SandboxProcess(**world, rate_limit=100, faults=SLOW) as sb:
         env = {"TERMINAL49_API_KEY": sb.api_key}
         target = ("--duckdb", str(db), "--base-url", sb.base_url)
         rng = random.Random(7)
@@ -142,9 +146,8 @@ def test_the_events_step_and_the_documents_sync_fetch_without_the_writer_lock(
     tmp_path: Path,
 ) -> None:
     db, inbox = tmp_path / "w.duckdb", tmp_path / "inbox.sqlite"
-    world = {"containers": 150, "seed": 31, "clock": CLOCK}
-    with SandboxProcess(**world) as fast:  # the same account, answering at once
-        run_load(db, _api(fast))
+    world: dict[str, Any] = {"containers": 150, "seed": 31, "clock": CLOCK}
+    _load_at_once(db, world)
     publish_risk(db, as_of=dt.datetime.fromisoformat(CLOCK))  # containers at risk need events
     # every answer takes 8-24 s: each of the two fetches takes tens of seconds
     with SandboxProcess(

@@ -98,20 +98,18 @@ def test_a_kill_at_any_moment_of_the_write_leaves_old_or_new_tables(tmp_path: Pa
         run_load(old_db, _api(sb))
         old = _dump(old_db)
         sb.advance(hours=36)  # holds clear and appear, LFDs move, containers are picked up
-        new_db = tmp_path / "new.duckdb"
-        run_load(new_db, _api(sb))
-        new = _dump(new_db)
-        assert old["container_holds"] != new["container_holds"]
-        assert old["containers"] != new["containers"]
-        env = {"TERMINAL49_API_KEY": sb.api_key}
-        # how long the write takes after the last request, in this process
+        # the sandbox sets no limit: unpaced, each load reaches its write in seconds
+        env = {"TERMINAL49_API_KEY": sb.api_key, "TERMINAL49_RATE_LIMIT": "100000"}
+        # the new tables, and how long the write takes after the last request, in this process
         db = _fresh_copy(old_db, tmp_path / "timing")
         proc = _cli("load", "--full", "--duckdb", str(db), "--base-url", sb.base_url, env=env)
         _wait_for_write(db, proc)
         writing = time.monotonic()
         assert proc.wait(timeout=120) == 0, proc.communicate()
         window = time.monotonic() - writing
-        assert _dump(db) == new
+        new = _dump(db)
+        assert old["container_holds"] != new["container_holds"]
+        assert old["containers"] != new["containers"]
         outcomes = []
         for n, share in enumerate((0.0, 0.2, 0.4, 0.6, 0.8)):
             db = _fresh_copy(old_db, tmp_path / f"kill{n}")

@@ -224,6 +224,7 @@ class Terminal49Client:
         max_attempts: int = settings.MAX_ATTEMPTS,
         backoff_base_s: float = settings.BACKOFF_BASE_S,
         stall_seconds: float = DEFAULT_STALL_SECONDS,
+        rate_window_s: float = settings.RATE_WINDOW_S,
         sleep: Callable[[float], None] | None = None,
         budget: Path | BudgetStore | None = None,
         yield_budget: bool = False,
@@ -231,7 +232,9 @@ class Terminal49Client:
         """``budget``: a folder where the key's request window is shared with the other
         processes pacing there (:class:`~._ratelimit.SharedWindowLimiter`), or a
         :class:`~._ratelimit.BudgetStore` shared by several machines (None: this client paces
-        alone); ``yield_budget``: leave part of it to them (the full scan)."""
+        alone); ``yield_budget``: leave part of it to them (the full scan);
+        ``rate_window_s``: the rolling window of ``rate_limit_per_minute`` (the API's 60 s;
+        shorter only against a sandbox started with that window)."""
         self.base_url = base_url.rstrip("/")
         self.stall_seconds = stall_seconds
         # a read timeout longer than the stall bound would let one request outwait it
@@ -245,7 +248,7 @@ class Terminal49Client:
         self._sleep = sleep or self._wait
         self.stats = ClientStats()
         limit = int(rate_limit_per_minute) if rate_limit_per_minute else None
-        window, margin = settings.RATE_WINDOW_S, settings.RATE_WINDOW_MARGIN_S
+        window, margin = rate_window_s, settings.RATE_WINDOW_MARGIN_S
         self.limiter: RollingWindowLimiter
         if isinstance(budget, Path):
             self.limiter = SharedWindowLimiter(
@@ -286,6 +289,7 @@ class Terminal49Client:
         """A client for resolved settings (base URL, key, rate limit, stall bound); ``options``
         are the constructor's keyword arguments (concurrency, transport, retries)."""
         options.setdefault("stall_seconds", api.stall_seconds)
+        options.setdefault("rate_window_s", api.rate_window_seconds)
         return cls(
             api.base_url,
             api.api_key or "",

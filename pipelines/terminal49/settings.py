@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from pipelines.config import DEFAULT_RATE_WINDOW_SECONDS
+
 PAGE_SIZE = 100  # asked for; the API caps it (containers 50, shipments 100): see .scan
 BATCH_RECORDS = 5_000  # records flattened before handing dlt one item per table
 CONTAINERS_PATH = "/containers"
@@ -31,7 +33,7 @@ MAX_RATE_LIMITED = 50  # 429 answers tolerated for one request before giving up
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
 DEFAULT_CONCURRENCY = 4
-RATE_WINDOW_S = 60.0  # the API's rolling window
+RATE_WINDOW_S = DEFAULT_RATE_WINDOW_SECONDS  # the API's rolling window
 RATE_WINDOW_MARGIN_S = 0.5  # send a little later than the window allows: clocks and latency differ
 
 TS = pa.timestamp("us", tz="UTC")

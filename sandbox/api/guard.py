@@ -18,10 +18,8 @@ from collections import deque
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandbox.api.jsonapi import check_auth, error_response
-from sandbox.faults import Fault
+from sandbox.faults import RATE_WINDOW, Fault
 from sandbox.state import SandboxState
-
-RATE_WINDOW = 60.0
 
 
 class V2Guard:
@@ -84,14 +82,17 @@ class V2Guard:
         if st.rate_limit > 0:
             now = time.monotonic()
             win = st.windows.setdefault(st.api_key, deque())
-            while win and win[0] <= now - RATE_WINDOW:
+            window = st.rate_window
+            while win and win[0] <= now - window:
                 win.popleft()
             if len(win) >= st.rate_limit:
-                retry = max(1, math.ceil(win[0] + RATE_WINDOW - now))
+                retry = max(1, math.ceil(win[0] + window - now))
                 resp = error_response(
                     429,
                     "Too Many Requests",
-                    f"Rate limit of {st.rate_limit} requests per minute exceeded.",
+                    f"Rate limit of {st.rate_limit} requests per "
+                    + ("minute" if window == RATE_WINDOW else f"{window:g} s")
+                    + " exceeded.",
                     headers={"Retry-After": str(retry)},
                 )
                 await resp(scope, receive, counting_send)
