@@ -191,8 +191,14 @@ def _publish(
         else:
             cur.execute(f"DROP TABLE IF EXISTS {A}.{PREVIOUS} CASCADE")
             cur.execute(f"CREATE TABLE {A}.{PREVIOUS} AS SELECT * FROM {A}.{RISK}")
-    for table, frame in ((RISK, df), (PARTIES_TABLE, parties), (DAYS_TABLE, days)):
+    # demurrage_risk, the table dashboards scan, is written last: from its first changed row
+    # to the commit, a reader's scan of it checks every old and new row against the open
+    # transaction (twice the rows, none marked visible to all), so that window is kept to
+    # its own COPY; the alerts compare frames, not the table
+    for table, frame in ((PARTIES_TABLE, parties), (DAYS_TABLE, days)):
         _replace(cur, table, frame, tables.get(table))
+    raise_alerts(cur, df, previous, as_of)
+    _replace(cur, RISK, df, tables.get(RISK))
     create_views(cur, _types(cur, T))
     ensure_lookup_indexes(cur)  # a table created anew gets its lookup index again
     name, keys, covered = BY_TERMINAL
@@ -202,7 +208,6 @@ def _publish(
             f"INCLUDE ({', '.join(covered)})"
         )
     record_binding(cur, run_id, as_of)
-    raise_alerts(cur, df, previous, as_of)
 
 
 def _replace(
