@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
 from pipelines.alerts.rules import NEEDED
 from pipelines.analytics.charges import DAYS_TABLE, PARTIES_TABLE, compute_charges
@@ -281,10 +282,22 @@ def _replace(
     cur.execute("DROP TABLE _new_rows")
     if same:
         cur.execute(f"DELETE FROM {A}.{table}")
-        cur.adbc_ingest(table, rows, mode="append", db_schema_name=A)
+        cur.adbc_ingest(table, batches(rows), mode="append", db_schema_name=A)
     else:
         cur.execute(f"DROP TABLE IF EXISTS {A}.{table} CASCADE")
-        cur.adbc_ingest(table, rows, mode="create", db_schema_name=A)
+        cur.adbc_ingest(table, batches(rows), mode="create", db_schema_name=A)
+
+
+#: rows per batch of a bulk ingest (see :func:`batches`)
+BATCH_ROWS = 50_000
+
+
+def batches(rows: pa.Table) -> pa.RecordBatchReader:
+    """``rows`` as a stream of batches of :data:`BATCH_ROWS` (slices, not copies): ADBC's
+    driver encodes a whole batch before it sends any of it, so in one batch the server waits
+    for the client's encoding of every row and the client for the server's; batch by batch,
+    one encodes the next while the other writes the last, and the buffer is one batch."""
+    return pa.RecordBatchReader.from_batches(rows.schema, rows.to_batches(BATCH_ROWS))
 
 
 def _columns(cur: Any, schema: str) -> dict[str, list[tuple[str, str]]]:
@@ -420,8 +433,6 @@ _ONLY = {
 def _changed(cur: Any, containers: Sequence[str], shipments: Sequence[str]) -> int:
     """Temporary table ``_changed``: ``containers`` and the containers of ``shipments``
     (distinct ids); how many."""
-    import pyarrow as pa
-
     cur.execute("DROP TABLE IF EXISTS _changed")
     cur.execute("DROP TABLE IF EXISTS _changed_ships")
     cur.adbc_ingest(
