@@ -34,9 +34,12 @@ def _rows(url: str, sql: str) -> list[tuple[object, ...]]:
 
 
 def test_risk_on_postgresql_publishes_the_rows_duckdb_publishes(
-    pg_database: str, tmp_path: Path
+    pg_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import pipelines.pg.risk as pg_risk
     from pipelines.load import run_load
+
+    monkeypatch.setattr(pg_risk, "BATCH_ROWS", 7)  # the rows go in many batches, not one
 
     path = tmp_path / "w.duckdb"
     with SandboxProcess(containers=120, seed=49, clock=CLOCK) as sb:
