@@ -104,6 +104,8 @@ def raise_alerts(
     from pipelines.pg.read import frame as _frame
 
     cur.execute(OUTBOX_DDL.replace(" DOUBLE,", " DOUBLE PRECISION,"))
+    if previous is None:
+        return 0  # the first publish compares with nothing (as the rules): nothing to read
     mem = duckdb.connect()
     try:
         mem.execute("SET TimeZone = 'UTC'")
