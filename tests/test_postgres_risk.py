@@ -110,37 +110,3 @@ def test_risk_on_postgresql_publishes_under_the_writers_lock(pg_database: str) -
         assert len(lines) == 1 and lines[0].startswith("waiting for the full load (pid ")
     finally:
         holder.close()
-
-
-def test_risk_reads_a_large_containers_table_in_two_halves_the_same(
-    pg_database: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The containers read in two halves on two connections (one snapshot) are the rows,
-    in the order, of one read."""
-    import polars as pl
-
-    import pipelines.pg.risk as pg_risk
-
-    n = 20_000
-    containers = pl.DataFrame(
-        {
-            "id": [f"c{i}" for i in range(n)],
-            "number": [f"MSCU{i:07d}" for i in range(n)],
-            "shipment_id": [f"s{i % 700}" for i in range(n)],
-            "pod_terminal_id": [None if i % 9 == 0 else f"t{i % 20}" for i in range(n)],
-            "equipment_length": [40 if i % 3 else 20 for i in range(n)],
-        }
-    )
-    warehouse = Warehouse.parse(pg_database)
-    with pg_risk.adbc_connection(warehouse) as con, con.cursor() as cur:
-        cur.execute("CREATE SCHEMA terminal49")
-        cur.adbc_ingest("containers", containers.to_arrow(), db_schema_name="terminal49")
-        con.commit()
-    monkeypatch.setattr(pg_risk, "SPLIT_PAGES", 2)
-    with pg_risk.adbc_connection(warehouse) as con, con.cursor() as cur:
-        half = pg_risk._half(cur)
-        assert half is not None and half > 0  # the table spans pages enough to be split
-        whole = pg_risk.read_warehouse(cur).containers.collect()
-        halves = pg_risk.read_warehouse(cur, warehouse).containers.collect()
-    assert whole.height == n
-    assert halves.equals(whole)

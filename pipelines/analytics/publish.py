@@ -171,31 +171,22 @@ def read_warehouse(
 
 
 def read_frames(
-    have: Mapping[str, Mapping[str, str]],
-    fetch: Callable[[str, str], pl.DataFrame],
-    start: Callable[[str, str], None] | None = None,
+    have: Mapping[str, Mapping[str, str]], fetch: Callable[[str, str], pl.DataFrame]
 ) -> WarehouseFrames:
     """compute_risk's inputs from a warehouse whose ``terminal49`` column types (DuckDB names)
     are ``have``, on any warehouse: the types are checked (:func:`check_types`), only the
     needed columns are read (``fetch(table, sql)`` runs ``sql``, their SELECT, and may narrow
-    it), and missing tables or columns become typed NULLs. ``start(table, sql)``, when given,
-    is called for every SELECT before the first ``fetch`` (a reader may begin some of them
-    meanwhile)."""
-    queries: dict[str, str | None] = {}
+    it), and missing tables or columns become typed NULLs."""
+    frames: dict[str, pl.LazyFrame] = {}
     for table, schema in SCHEMAS.items():
         if table in have:
             check_types(table, dict(have[table]))
         cols = [c for c in schema if c in have.get(table, {})]
+        if not cols:
+            frames[table] = conform(None, table)
+            continue
         sel = ", ".join(f'"{c}"' for c in cols)
-        queries[table] = f'SELECT {sel} FROM {T}."{table}"' if cols else None
-    if start is not None:
-        for table, sql in queries.items():
-            if sql is not None:
-                start(table, sql)
-    frames = {
-        table: conform(None if sql is None else fetch(table, sql).lazy(), table)
-        for table, sql in queries.items()
-    }
+        frames[table] = conform(fetch(table, f'SELECT {sel} FROM {T}."{table}"').lazy(), table)
     return WarehouseFrames(**frames)
 
 

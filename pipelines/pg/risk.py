@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -115,64 +114,10 @@ def _frame(cur: Any, sql: str) -> pl.DataFrame:
     return df
 
 
-#: the input read in two halves, one on a connection of its own: the largest by far (the
-#: driver parses about 2.5 s of 1,000,000 containers, the server sends them in 1.2 s)
-SPLIT = "containers"
-#: the size (pages of 8 kB) from which :data:`SPLIT` is read in two halves: below it a
-#: second connection costs more than it saves
-SPLIT_PAGES = 1024
-
-
-def read_warehouse(cur: Any, warehouse: Warehouse | None = None) -> WarehouseFrames:
+def read_warehouse(cur: Any) -> WarehouseFrames:
     """:func:`pipelines.analytics.read_warehouse` over ADBC: the needed columns only, in
-    Arrow; WarehouseIncompatible for a column compute_risk cannot read. With ``warehouse``
-    (the one ``cur`` is connected to) and a :data:`SPLIT` table of :data:`SPLIT_PAGES` or
-    more, its second half (by physical position, ``ctid``) is read meanwhile on a second
-    connection, in a snapshot ``cur``'s transaction exports (the writers' lock the caller
-    holds keeps the tables as they are meanwhile): the same rows in the same order, on
-    both cores."""
-    types = _types(cur, T)
-    half = _half(cur) if warehouse is not None and SPLIT in types else None
-    if warehouse is None or half is None:
-        return read_frames(types, lambda _table, sql: _frame(cur, sql))
-    cur.execute("SELECT pg_export_snapshot()")
-    snapshot = str(cur.fetchone()[0])
-    with ThreadPoolExecutor(1) as pool:  # the driver waits for rows without the GIL
-        second: list[Future[pl.DataFrame]] = []
-
-        def start(table: str, sql: str) -> None:
-            if table == SPLIT:
-                where = f"{sql} WHERE ctid >= '({half},0)'::tid"
-                second.append(pool.submit(_read_in_snapshot, warehouse, snapshot, where))
-
-        def fetch(table: str, sql: str) -> pl.DataFrame:
-            if table != SPLIT:
-                return _frame(cur, sql)
-            first = _frame(cur, f"{sql} WHERE ctid < '({half},0)'::tid")
-            return pl.concat([first, second[0].result()], rechunk=False)
-
-        return read_frames(types, fetch, start)
-
-
-def _half(cur: Any) -> int | None:
-    """The page that splits :data:`SPLIT` in two halves; None below :data:`SPLIT_PAGES`."""
-    cur.execute(f"SELECT pg_relation_size('{T}.{SPLIT}') / current_setting('block_size')::bigint")
-    pages = int(cur.fetchone()[0])
-    return pages // 2 if pages >= SPLIT_PAGES else None
-
-
-def _read_in_snapshot(warehouse: Warehouse, snapshot: str, sql: str) -> pl.DataFrame:
-    """``sql`` on a new connection, in a read-only transaction that sees ``snapshot``."""
-    with adbc_connection(warehouse) as con:
-        con.rollback()  # SET TRANSACTION comes first in a transaction
-        with con.cursor() as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            cur.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
-            cur.execute("SET TIME ZONE 'UTC'")  # the rollback above undid the session's
-            try:
-                return _frame(cur, sql)
-            finally:
-                con.rollback()
+    Arrow; WarehouseIncompatible for a column compute_risk cannot read."""
+    return read_frames(_types(cur, T), lambda _table, sql: _frame(cur, sql))
 
 
 def publish_risk(
@@ -204,7 +149,7 @@ def publish_risk(
                 "`freetime load` first"
             )
         try:
-            c = clock(read_warehouse(cur, warehouse), as_of, tariffs)
+            c = clock(read_warehouse(cur), as_of, tariffs)
             df = risk_of(c).collect(engine="in-memory")
             parties, days = compute_charges(c).collect()
         except (pl.exceptions.PolarsError, UnconvertedLfds) as exc:
