@@ -211,6 +211,28 @@ def test_the_same_account_gives_equal_tables_on_duckdb_and_postgresql(
         pg.close()
 
 
+def test_an_hourly_load_writes_the_same_history_on_duckdb_and_postgresql(
+    pg_database: str, tmp_path: Path
+) -> None:
+    """The changes an incremental load finds (LFDs moved, holds cleared, containers picked up)
+    enter history alike on both: PostgreSQL makes the texts of changed rows only."""
+    path = tmp_path / "w.duckdb"
+    with SandboxProcess(containers=60, seed=49, clock=CLOCK) as sb:
+        for target in (str(path), pg_database):
+            run_load(target, _api(sb))
+        assert sb.advance(hours=36)["changed_containers"]
+        for target in (str(path), pg_database):
+            assert run_load(target, _api(sb)).kind == "incremental"
+    sql = (
+        "SELECT entity, entity_id, field, old_value, new_value, how FROM terminal49.history "
+        "WHERE how = 'incremental' ORDER BY 1, 2, 3, 4, 5"
+    )
+    with duckdb.connect(str(path), read_only=True) as duck:
+        expected = duck.execute(sql).fetchall()
+    assert {r[2].split(":")[0] for r in expected} >= {"pickup_lfd", "current_status"}
+    assert _rows(pg_database, sql) == expected
+
+
 #: the tables the documents sync and the transport events fetch write, with their keys
 LATER_TABLES = {
     "documents": ("id",),

@@ -54,6 +54,22 @@ DUCKDB_NAMES = {
     "date": "DATE",
 }
 NUMERIC = ("bigint", "integer", "double precision", "numeric")
+#: a table is analyzed in the publish that changed this many rows plus this share of it
+#: (autovacuum's defaults: ``autovacuum_analyze_threshold``, ``..._scale_factor``)
+ANALYZE_ROWS, ANALYZE_SHARE = 50, 0.1
+#: the planner's cost of a random page read during a publish (see :func:`publish`)
+RANDOM_PAGE_COST = 1.1
+#: types whose equal values always have the same history text (:func:`text_sql`)
+EQUAL_TEXT = (
+    "bigint",
+    "integer",
+    "double precision",
+    "boolean",
+    "character varying",
+    "text",
+    "date",
+    "timestamp with time zone",
+)
 
 
 def column_types(cur: Cursor, schema: str, table: str) -> dict[str, str]:
@@ -118,11 +134,20 @@ def publish(
             if not loads:
                 con.rollback()
                 return out
+            # The merges join a load's rows (a temp table) to whole tables by their indexed
+            # keys. With the default random_page_cost (4, a spinning disk's) the planner
+            # reads every row of terminal49.containers by a hash join for each statement,
+            # however few rows the load holds: at 100,000 containers an hourly load of a few
+            # thousand paid that scan a dozen times. A warehouse is served from memory or
+            # SSD (1.1 is the usual figure for both); a full load still gets hash joins.
+            cur.execute(f"SET LOCAL random_page_cost = {RANDOM_PAGE_COST}")
             cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(DATASET)}")
             _ensure_loads_table(cur)
             for load_id in loads:
                 _publish_load(cur, writer, slot, load_id, out)
                 out.load_ids.append(load_id)
+            _clear_incoming(cur, slot, loads)
+            _analyze_changed(cur, out)
             apply_comments(cur, DATASET)
             from pipelines.pg.views import refresh_views  # the views read the merged tables
 
@@ -156,11 +181,6 @@ def _publish_load(cur: Cursor, writer: str, slot: str, load_id: str, out: WriteS
         for listed, children in LISTED.items():
             if listed in scan.complete_lists and listed in present:
                 _remove_unlisted(cur, inc, listed, children, load_id, scan.started_at, out, ctx)
-    for table in present:
-        if not table.startswith("_dlt_"):
-            cur.execute(
-                f"DELETE FROM {quote(inc)}.{quote(table)} WHERE _dlt_load_id = %s", [load_id]
-            )
     cur.execute(
         f"INSERT INTO {quote(DATASET)}.{LOADS_TABLE} "
         "VALUES (%s, %s, %s, %s, %s, now(), %s, %s, %s, %s, %s)",
@@ -177,6 +197,66 @@ def _publish_load(cur: Cursor, writer: str, slot: str, load_id: str, out: WriteS
             sum(out.removed.values()) - before[2],
         ],
     )
+
+
+def _clear_incoming(cur: Cursor, slot: str, loads: Sequence[str]) -> None:
+    """Remove the published ``loads``' rows from the slot's incoming tables: TRUNCATE a table
+    that holds nothing else (a load dlt has not completed keeps its rows), so that the next
+    load's rows are not read among a full load's dead ones (a DELETE left 100,000 dead rows
+    that every later load scanned until autovacuum came). TRUNCATE is transactional: a
+    rollback of the publish gives the rows back."""
+    inc = incoming_dataset(slot)
+    for table in sorted(table_names(cur, inc)):
+        if table.startswith("_dlt_"):
+            continue
+        name = f"{quote(inc)}.{quote(table)}"
+        others = _count(
+            cur,
+            f"SELECT count(*) FROM (SELECT 1 FROM {name} "
+            "WHERE _dlt_load_id IS NULL OR _dlt_load_id <> ALL(%s) LIMIT 1) AS x",
+            [list(loads)],
+        )
+        if others:
+            cur.execute(f"DELETE FROM {name} WHERE _dlt_load_id = ANY(%s)", [list(loads)])
+        else:
+            cur.execute(f"TRUNCATE {name}")
+
+
+def _analyze_changed(cur: Cursor, out: WriteSummary) -> int:
+    """ANALYZE the tables of ``terminal49`` that this publish changed by as many rows as make
+    autovacuum analyze them (:data:`ANALYZE_ROWS` and :data:`ANALYZE_SHARE` of the table), or
+    that were never analyzed; how many. Autovacuum would do it a minute or more after the
+    commit; until then the planner of the next publish has no statistics of a table a full
+    load just filled, and joined an hourly load's rows to all of it by hash (seconds at
+    100,000 containers). Only the columns the merges join on are analyzed; ANALYZE takes no
+    lock a reader waits for."""
+    changed: dict[str, int] = {}
+    for counts in (out.written, out.removed):
+        for table, n in counts.items():
+            changed[table] = changed.get(table, 0) + n
+    if not changed:
+        return 0
+    cur.execute(
+        "SELECT c.relname, c.reltuples FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname = ANY(%s) ORDER BY 1",
+        [DATASET, sorted(changed)],
+    )
+    stale = [
+        table
+        for table, tuples in cur.fetchall()
+        if tuples < 0 or changed[table] >= ANALYZE_ROWS + ANALYZE_SHARE * tuples
+    ]
+    for table in stale:
+        rule = MERGES.get(table, Merge())
+        keys = {*rule.key, rule.version, rule.parent_key if rule.parent else None}
+        have = column_types(cur, DATASET, table)
+        # only what the merges join and compare on: the whole table (every JSON column
+        # sampled) took seconds; autovacuum still analyzes it all later, as a column list
+        # leaves its count of changed rows as it was
+        columns = ", ".join(quote(c) for c in have if c in keys)
+        cur.execute(f"ANALYZE {quote(DATASET)}.{quote(table)} ({columns})".replace(" ()", ""))
+    return len(stale)
 
 
 def _scan_info(cur: Cursor, inc: str, load_id: str) -> ScanInfo | None:
@@ -400,6 +480,9 @@ def record_rows(cur: Cursor, table: str, incoming: Mapping[str, str], ctx: histo
         f"{text_sql('n.' + quote(c), incoming[c])})"
         for c in fields
     )
+    # the texts are made only for the rows where a tracked value changed (a few of an
+    # hourly load's thousands): making 30 texts of each row cost more than the merge
+    changed = " OR ".join(_differs(c, incoming[c]) for c in fields)
     return _count(
         cur,
         f"""
@@ -409,10 +492,20 @@ def record_rows(cur: Cursor, table: str, incoming: Mapping[str, str], ctx: histo
         FROM _new n LEFT JOIN {dst} t ON t.id = n.id
         CROSS JOIN LATERAL (VALUES {pairs}) AS v(field, old, new)
         WHERE NOT EXISTS (SELECT 1 FROM {dst} x WHERE x.id = n.id AND x.fetched_at > n.fetched_at)
+          AND ({changed})
           AND v.old IS DISTINCT FROM v.new
         """,
         [ctx.how, ctx.load_id],
     )
+
+
+def _differs(column: str, pg_type: str) -> str:
+    """SQL true when ``column`` of ``t`` and ``n`` may have different history texts: their
+    values differ (their texts, for a type whose equal values can print apart)."""
+    t, n = f"t.{quote(column)}", f"n.{quote(column)}"
+    if pg_type in EQUAL_TEXT:
+        return f"{t} IS DISTINCT FROM {n}"
+    return f"{text_sql(t, pg_type)} IS DISTINCT FROM {text_sql(n, pg_type)}"
 
 
 def record_children(
