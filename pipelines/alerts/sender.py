@@ -6,8 +6,8 @@ is marked sent (the delivery state, :func:`~pipelines.alerts.state.open_state`: 
 DuckDB warehouse, tables in a PostgreSQL one) only after Apprise reports that the channel
 accepted it. A destination is served by one sender at a time (the state's ``exclusive``: an
 advisory lock of PostgreSQL across machines, a lock file beside a DuckDB warehouse's state
-file): a second sender waits up to :data:`LOCK_WAIT_SECONDS` for the first to finish, then sends only what is
-left, so two senders never send one alert twice.
+file): a second sender waits up to :data:`LOCK_WAIT_SECONDS` for the first to finish, then
+sends only what is left, so two senders never send one alert twice.
 
 The first failure stops that destination for this pass and sets its back-off (doubling from
 ``retry_seconds`` up to ``retry_max_seconds``); its alerts stay pending and the next pass
