@@ -64,7 +64,9 @@ class OutsideReads:
     (``~/.cache`` when the clone sits in a home folder) and the folders that hold Python itself
     or the temporary files (the clone may sit in ``/tmp`` or beside a virtualenv). Paths are
     compared as written (made absolute, not resolved), so a virtualenv whose files link to a
-    cache elsewhere does not count. Nothing is recorded for a clone at the filesystem's root.
+    cache elsewhere does not count. Nothing is recorded for a clone at the filesystem's root
+    or directly in the temporary folder (its siblings are other programs' temporary files,
+    pytest's own among them).
     """
 
     EVENTS = frozenset({"open", "os.listdir", "os.scandir"})
@@ -74,7 +76,8 @@ class OutsideReads:
         self.lock = threading.Lock()
         self.pending: list[str] = []
         names: set[str] = set()
-        if repo.parent != repo.parent.parent:
+        in_temp = os.path.abspath(tempfile.gettempdir()) == os.path.abspath(self.outside)
+        if repo.parent != repo.parent.parent and not in_temp:
             names = {n for n in os.listdir(self.outside) if not n.startswith(".")} - {repo.name}
         self.siblings = frozenset(names)
         for root in (

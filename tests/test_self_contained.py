@@ -8,6 +8,7 @@ repository is opened while the suite runs), exercised here on a throwaway reposi
 from __future__ import annotations
 
 import ast
+import getpass
 import os
 import re
 import shutil
@@ -216,3 +217,33 @@ def test_a_read_beside_the_repository_fails_the_test_and_names_the_file(
     assert str(tmp_path / "beside" / "data.json") in out
     assert "FAILED tests/test_reads.py::test_listed" in out
     assert "cache.json" not in out
+
+
+def test_a_clone_directly_in_the_temporary_folder_passes(tmp_path: Path) -> None:
+    """CI may clone into /tmp itself: pytest's own temporary folders are then siblings of the
+    repository, and reading them is not reading beside it."""
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "pytest.ini").write_text("[pytest]\n")
+    shutil.copy(REPO / "tests" / "conftest.py", repo / "tests" / "conftest.py")
+    (tmp_path / "other-program.tmp").write_text("{}")
+    # an earlier run's: pytest's temporary folders are there before the session starts
+    (tmp_path / f"pytest-of-{getpass.getuser()}").mkdir()
+    (repo / "tests" / "test_temp.py").write_text(
+        "def test_uses_tmp_path(tmp_path):\n"
+        "    (tmp_path / 'x').write_text('1')\n"
+        "    assert (tmp_path / 'x').read_text() == '1'\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("TMP", "TEMP")}
+    env["TMPDIR"] = str(tmp_path)  # the clone sits directly in the temporary folder
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "tests"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "1 passed" in out and "opened outside the repository" not in out, out
