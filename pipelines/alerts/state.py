@@ -13,11 +13,9 @@ message: a sender killed between the two sends that one message again on restart
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import sqlite3
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
@@ -25,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pipelines.config import ConfigError, Warehouse, resolve_duckdb_path, resolve_warehouse
+from pipelines.publish.lock import flock_within
 
 STATE_ENV = "FREETIME_ALERTS_STATE"
 
@@ -184,17 +183,7 @@ class DeliveryState:
         except OSError as exc:
             raise ConfigError(f"cannot lock the alert state file {self.path}: {exc}") from exc
         try:
-            deadline = time.monotonic() + wait_seconds
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        yield False
-                        return
-                    time.sleep(0.05)
-            yield True
+            yield flock_within(fd, wait_seconds)
         finally:
             os.close(fd)  # closing releases the lock
 

@@ -133,24 +133,36 @@ def writer_lock(
     return FileWriterLock(duckdb_path).hold(what, wait_seconds, on_wait)
 
 
-def _acquire(fd: int, path: Path, wait_seconds: float, on_wait: Callable[[str], None]) -> None:
+def flock_within(
+    fd: int, wait_seconds: float, on_first_wait: Callable[[], None] | None = None
+) -> bool:
+    """Take an exclusive ``flock`` on ``fd``, trying until ``wait_seconds`` have passed: True
+    once held, False when another holder still had it then. ``on_first_wait`` runs once, when
+    the first try finds it held. Closing ``fd`` (or the process ending) releases it."""
     deadline = time.monotonic() + wait_seconds
     said = False
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
+            return True
         except BlockingIOError:
-            holder = _holder(path)
             if time.monotonic() >= deadline:
-                raise WriterBusy(
-                    f"the warehouse is being written by {holder} and was not free after "
-                    f"{wait_seconds:.0f}s; try again later"
-                ) from None
-            if not said:
-                on_wait(f"waiting for {holder} to finish writing the warehouse")
-                said = True
+                return False
+            if not said and on_first_wait is not None:
+                on_first_wait()
+            said = True
             time.sleep(0.05)
+
+
+def _acquire(fd: int, path: Path, wait_seconds: float, on_wait: Callable[[str], None]) -> None:
+    def say() -> None:
+        on_wait(f"waiting for {_holder(path)} to finish writing the warehouse")
+
+    if not flock_within(fd, wait_seconds, say):
+        raise WriterBusy(
+            f"the warehouse is being written by {_holder(path)} and was not free after "
+            f"{wait_seconds:.0f}s; try again later"
+        )
 
 
 def _holder(path: Path) -> str:
