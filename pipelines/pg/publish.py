@@ -255,7 +255,9 @@ def _analyze_changed(cur: Cursor, out: WriteSummary) -> int:
         # sampled) took seconds; autovacuum still analyzes it all later, as a column list
         # leaves its count of changed rows as it was
         columns = ", ".join(quote(c) for c in have if c in keys)
-        cur.execute(f"ANALYZE {quote(DATASET)}.{quote(table)} ({columns})".replace(" ()", ""))
+        cur.execute(
+            f"ANALYZE {quote(DATASET)}.{quote(table)}" + (f" ({columns})" if columns else "")
+        )
     return len(stale)
 
 
