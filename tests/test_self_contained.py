@@ -169,14 +169,34 @@ def test_fixtures_are_files_of_the_repository() -> None:
     assert [p for p in files if p.is_symlink()] == []
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_a_read_beside_the_repository_fails_the_test_and_names_the_file(
-    tmp_path: Path, workers: list[str]
-) -> None:
+def _repo_with_our_conftest(tmp_path: Path) -> Path:
+    """A repository at ``tmp_path / "repo"`` holding only a pytest.ini and this conftest."""
     repo = tmp_path / "repo"
     (repo / "tests").mkdir(parents=True)
     (repo / "pytest.ini").write_text("[pytest]\n")
     shutil.copy(REPO / "tests" / "conftest.py", repo / "tests" / "conftest.py")
+    return repo
+
+
+def _pytest(
+    repo: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """pytest over ``repo``'s tests, in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, "tests"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_read_beside_the_repository_fails_the_test_and_names_the_file(
+    tmp_path: Path, workers: list[str]
+) -> None:
+    repo = _repo_with_our_conftest(tmp_path)
     (tmp_path / "beside").mkdir()
     (tmp_path / "beside" / "data.json").write_text("{}")
     (tmp_path / "beside" / "listed.json").write_text("{}")
@@ -193,23 +213,7 @@ def test_a_read_beside_the_repository_fails_the_test_and_names_the_file(
         "def test_listed(tmp_path):\n"
         "    assert len(list((HERE.parent / 'beside').glob('l*.json'))) == 1\n"
     )
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            f"--basetemp={tmp_path / 'inner-tmp'}",
-            *workers,
-            "tests",
-        ],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    res = _pytest(repo, f"--basetemp={tmp_path / 'inner-tmp'}", *workers)
     out = res.stdout + res.stderr
     assert res.returncode == 1, out
     assert "2 failed, 1 passed" in out, out
@@ -222,10 +226,7 @@ def test_a_read_beside_the_repository_fails_the_test_and_names_the_file(
 def test_a_clone_directly_in_the_temporary_folder_passes(tmp_path: Path) -> None:
     """CI may clone into /tmp itself: pytest's own temporary folders are then siblings of the
     repository, and reading them is not reading beside it."""
-    repo = tmp_path / "repo"
-    (repo / "tests").mkdir(parents=True)
-    (repo / "pytest.ini").write_text("[pytest]\n")
-    shutil.copy(REPO / "tests" / "conftest.py", repo / "tests" / "conftest.py")
+    repo = _repo_with_our_conftest(tmp_path)
     (tmp_path / "other-program.tmp").write_text("{}")
     # an earlier run's: pytest's temporary folders are there before the session starts
     (tmp_path / f"pytest-of-{getpass.getuser()}").mkdir()
@@ -236,14 +237,7 @@ def test_a_clone_directly_in_the_temporary_folder_passes(tmp_path: Path) -> None
     )
     env = {k: v for k, v in os.environ.items() if k not in ("TMP", "TEMP")}
     env["TMPDIR"] = str(tmp_path)  # the clone sits directly in the temporary folder
-    res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "tests"],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    res = _pytest(repo, "-n", "0", env=env)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "1 passed" in out and "opened outside the repository" not in out, out
