@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -47,6 +48,20 @@ def sb() -> Iterator[Any]:
         yield sandbox
 
 
+@pytest.fixture(scope="module")
+def loaded(sb: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sandbox's account loaded once, before any test moves its clock: copy it to write."""
+    db = tmp_path_factory.mktemp("loaded") / "w.duckdb"
+    run_load(db, ApiSettings(base_url=sb.base_url, api_key=sb.api_key))
+    return db
+
+
+def _copy(loaded: Path, tmp_path: Path) -> Path:
+    db = tmp_path / "w.duckdb"
+    shutil.copyfile(loaded, db)
+    return db
+
+
 def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
     try:
         with duckdb.connect(str(db), read_only=True) as con:
@@ -69,11 +84,9 @@ def _health(url: str) -> dict[str, Any]:
 
 
 def test_delivered_notifications_and_their_risk_reach_the_warehouse_within_10s(
-    sb: Any, tmp_path: Path
+    sb: Any, loaded: Path, tmp_path: Path
 ) -> None:
-    db, inbox = tmp_path / "w.duckdb", tmp_path / "inbox.sqlite"
-    api = ApiSettings(base_url=sb.base_url, api_key=sb.api_key)
-    run_load(db, api)
+    db, inbox = _copy(loaded, tmp_path), tmp_path / "inbox.sqlite"
     publish_risk(db)
     port = _free_port()
     hook = sb.register_webhook(f"http://127.0.0.1:{port}{PATH}")
@@ -158,10 +171,9 @@ def _notification(k: int, container_id: str) -> bytes:
 
 
 def test_a_held_warehouse_delays_the_apply_never_the_acknowledgement(
-    sb: Any, tmp_path: Path
+    loaded: Path, tmp_path: Path
 ) -> None:
-    db, inbox = tmp_path / "w.duckdb", tmp_path / "inbox.sqlite"
-    run_load(db, ApiSettings(base_url=sb.base_url, api_key=sb.api_key))
+    db, inbox = _copy(loaded, tmp_path), tmp_path / "inbox.sqlite"
     port = _free_port()
 
     def start() -> tuple[Any, str]:
