@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +47,27 @@ def sb() -> Any:
         yield sandbox
 
 
-def test_full_then_incremental_loads_equal_the_ground_truth(sb: Any, tmp_path: Path) -> None:
-    db = tmp_path / "w.duckdb"
+@pytest.fixture(scope="module")
+def first_load(sb: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, Any]:
+    """The sandbox's first load (a full one), made before any test moves its clock, with its
+    summary and the ground truth it was made against: copy the file to write."""
+    db = tmp_path_factory.mktemp("first") / "w.duckdb"
     truth = sb.ground_truth()
+    return db, run_load(db, _api(sb)), truth
+
+
+def _copy(first_load: tuple[Path, Any, Any], tmp_path: Path) -> Path:
+    db = tmp_path / "w.duckdb"
+    shutil.copyfile(first_load[0], db)
+    return db
+
+
+def test_full_then_incremental_loads_equal_the_ground_truth(
+    sb: Any, first_load: tuple[Path, Any, Any], tmp_path: Path
+) -> None:
+    db = _copy(first_load, tmp_path)
+    _, full, truth = first_load
     floor = math.ceil(len(truth["containers"]) / 50) + math.ceil(len(truth["shipments"]) / 100)
-    full = run_load(db, _api(sb))
     assert full.kind == "full" and full.window_from is None
     assert full.requests == floor, (full.requests, floor)
     assert_equals_ground_truth(db, truth)
@@ -96,9 +113,10 @@ def test_full_then_incremental_loads_equal_the_ground_truth(sb: Any, tmp_path: P
     assert last_load_started(db) > watermark  # type: ignore[operator]
 
 
-def test_a_failed_incremental_load_keeps_the_watermark(sb: Any, tmp_path: Path) -> None:
-    db = tmp_path / "w.duckdb"
-    run_load(db, _api(sb))
+def test_a_failed_incremental_load_keeps_the_watermark(
+    sb: Any, first_load: tuple[Path, Any, Any], tmp_path: Path
+) -> None:
+    db = _copy(first_load, tmp_path)
     before = last_load_started(db)
     sb.advance(hours=1)
     broken = ApiSettings(base_url=sb.base_url, api_key="wrong-key", rate_limit_per_minute=100_000)
