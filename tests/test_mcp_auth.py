@@ -4,6 +4,7 @@ whose keys are served on loopback."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -59,6 +60,11 @@ def test_api_key_mode(warehouse: Path) -> None:
         assert "get_container" in _tools(base + "/mcp", f"Token {KEY}")
 
 
+def _pycache() -> dict[str, str]:
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX")
+    return {"PYTHONPYCACHEPREFIX": prefix} if prefix else {"PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def test_no_key_refuses_a_public_address(warehouse: Path) -> None:
     import subprocess
     import sys
@@ -80,7 +86,9 @@ def test_no_key_refuses_a_public_address(warehouse: Path) -> None:
         cwd=REPO,
         capture_output=True,
         text=True,
-        env={"PATH": "/usr/bin:/bin"},
+        # a bare environment, but the compiled modules the run shares (tests/conftest.py
+        # share_bytecode): without it this process compiles every module it imports again
+        env={"PATH": "/usr/bin:/bin", **_pycache()},
         timeout=60,
     )
     assert r.returncode == 2 and "refusing to listen on 0.0.0.0" in r.stderr
