@@ -26,8 +26,9 @@ pytestmark = pytest.mark.postgres
 CLOCK = "2026-11-20T12:00:00Z"
 REPO = Path(__file__).resolve().parents[1]
 PUBLISH = "freetime publish load"
-#: the session of a load's writer lock (pipelines/pg/lock.py), held from before the publish
-WRITER = "freetime writer: load %"
+#: the session of a load's writer lock (pipelines/pg/lock.py: "freetime writer: full load pid
+#: ..."), held from before the publish
+WRITER = "freetime writer: % load pid %"
 
 
 def _api(sb: Any) -> ApiSettings:
