@@ -29,8 +29,8 @@ from flows.artifacts import (
     at_risk_rows,
     summary_markdown,
 )
-from pipelines.config import ConfigError
-from pipelines.load import LoadFailed
+from pipelines.config import ApiSettings, ConfigError
+from pipelines.load import LoadFailed, run_load
 from pipelines.terminal49.client import AuthError
 from pipelines.warehouse import WarehouseLocked
 
@@ -289,10 +289,13 @@ def test_sync_loads_risk_and_publishes_both_artifacts(
 def test_risk_flow_recomputes_as_of_an_instant_without_the_api(
     prefect_harness: None, api_env: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.sync import risk, sync
+    from flows.sync import risk
+    from pipelines.analytics import publish_risk
 
     warehouse = str(tmp_path / "w.duckdb")
-    sync(duckdb_path=warehouse, base_url=api_env.base_url, as_of=_instant(api_env.clock()))
+    # the state a sync leaves (an account and its risk now), without the flow's other steps
+    run_load(warehouse, ApiSettings.resolve(base_url=api_env.base_url))
+    publish_risk(warehouse, as_of=_instant(api_env.clock()))
     monkeypatch.setenv("TERMINAL49_API_KEY", "not-used")
     later = _instant(api_env.clock()) + dt.timedelta(days=10)
     report = risk(duckdb_path=warehouse, as_of=later)
@@ -473,7 +476,8 @@ def test_sync_audits_pending_invoices_and_never_fails_for_them(
 
     warehouse = tmp_path / "w.duckdb"
     now = _instant(api_env.clock())
-    sync(duckdb_path=str(warehouse), base_url=api_env.base_url, as_of=now)
+    # the account the invoice is about: a load is enough (the flow runs below)
+    run_load(warehouse, ApiSettings.resolve(base_url=api_env.base_url))
     with duckdb.connect(str(warehouse), read_only=True) as con:
         (number,) = con.execute("SELECT min(number) FROM terminal49.containers").fetchone() or ()
     day = now.date() - dt.timedelta(days=3)

@@ -56,6 +56,17 @@ def _rows(url: str, sql: str) -> list[tuple[Any, ...]]:
         con.close()
 
 
+def _wait_for_waiting_writer(url: str, what: str, proc: subprocess.Popen[Any]) -> None:
+    """Until ``proc``'s writer session for ``what`` shows in pg_stat_activity: it is trying for
+    the writers' lock (pipelines/pg/lock.py names it "freetime writer: <what> pid <pid> ...")."""
+    name = f"freetime writer: {what} pid {proc.pid} %"
+    deadline = time.monotonic() + 60
+    while not _rows(url, f"SELECT 1 FROM pg_stat_activity WHERE application_name LIKE '{name}'"):
+        assert proc.poll() is None, "the writer ended before it waited for the lock"
+        assert time.monotonic() < deadline, f"no writer session {name!r}"
+        time.sleep(0.1)
+
+
 def test_the_receiver_applies_into_postgresql_and_risk_follows_within_10s(
     pg_database: str, tmp_path: Path
 ) -> None:
@@ -156,7 +167,9 @@ def test_a_load_holding_the_lock_delays_the_apply_never_the_acknowledgement(
                 started = time.monotonic()
                 assert post(url, body, sign(body, SECRET)).status_code == 200
                 assert time.monotonic() - started < 1.0  # at once, not after the apply
-            time.sleep(2)
+            # the receiver tries to apply them and waits for the lock: nothing is written
+            _wait_for_waiting_writer(pg_database, "webhook apply", proc)
+            time.sleep(0.5)  # a few of its tries
             assert stored() == set()
         _within(10, lambda: len(stored()) == 20, "the held notifications applied")
     finally:
@@ -194,7 +207,8 @@ def test_webhooks_apply_writes_postgresql_behind_another_writer(
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(4)
+        _wait_for_waiting_writer(pg_database, "webhook apply", proc)
+        time.sleep(1)  # its tries every 0.2 s fail
         assert proc.poll() is None  # still waiting
         assert _rows(pg_database, "SELECT id FROM terminal49.webhook_notifications") == []
     stdout, stderr = proc.communicate(timeout=120)

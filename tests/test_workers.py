@@ -5,7 +5,9 @@ The set-up is the guide's: ``prefect server start``, a work pool of type process
 ``freetime``, ``prefect deploy --all`` from this repository, ``prefect worker start --pool
 freetime`` on a machine whose ``FREETIME_WAREHOUSE`` names the PostgreSQL warehouse and whose
 ``TERMINAL49_*`` settings name the API (here the sandbox). Every command is the real CLI in its
-own process; the Prefect server is this test's own, over a temporary ``PREFECT_HOME``.
+own process, over a temporary ``PREFECT_HOME``; the Prefect server is the session's real server
+process (``prefect_harness``: like ``prefect server start --no-services``, no scheduler, so no
+scheduled run of the deployments interferes), not one more started for this test.
 """
 
 from __future__ import annotations
@@ -13,9 +15,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -23,7 +22,6 @@ import psycopg2
 import pytest
 
 from sandbox.process import SandboxProcess
-from tests.pg import free_port
 
 pytestmark = [pytest.mark.prefect, pytest.mark.postgres]
 
@@ -55,54 +53,6 @@ def _prefect(env: dict[str, str], *args: str, timeout: float = 120) -> str:
     return done.stdout + done.stderr
 
 
-@dataclass
-class PrefectServer:
-    """A ``prefect server start`` process and its API URL; :meth:`ready` waits for it."""
-
-    proc: subprocess.Popen[bytes]
-    api_url: str
-    log: Path
-
-    def ready(self, timeout: float = 120) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            assert self.proc.poll() is None, self.log.read_text()
-            try:
-                if httpx.get(f"{self.api_url}/health", timeout=2).status_code == 200:
-                    return self.api_url
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, self.log.read_text()
-            time.sleep(0.2)
-
-
-@pytest.fixture
-def prefect_server(tmp_path: Path) -> Iterator[PrefectServer]:
-    """``prefect server start`` on a free loopback port (API only: no UI, no scheduler, so no
-    scheduled run of the deployments interferes), started here and not waited for: the
-    PostgreSQL database and the sandbox start meanwhile."""
-    port = free_port()
-    log = tmp_path / "server.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1"]
-            + ["--port", str(port), "--no-services", "--no-ui", "--analytics-off"],
-            cwd=tmp_path,
-            env=_prefect_env(tmp_path / "server-home", f"http://127.0.0.1:{port}/api"),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        yield PrefectServer(proc, f"http://127.0.0.1:{port}/api", log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def _count(url: str, table: str) -> int:
     con = psycopg2.connect(url)
     try:
@@ -116,15 +66,16 @@ def _count(url: str, table: str) -> int:
 
 
 def test_a_process_worker_runs_the_hourly_and_nightly_deployments_on_postgresql(
-    prefect_server: PrefectServer, pg_database: str, tmp_path: Path
+    prefect_harness: None, pg_database: str, tmp_path: Path
 ) -> None:
     """One worker runs the hourly sync and the nightly reconciliation, side by side: the
     writers take turns by the warehouse's advisory lock, every step runs on PostgreSQL and the
     nightly summary holds the row counts against the API's totals."""
+    from prefect.settings import PREFECT_API_URL
     from prefect.workers.process import ProcessWorker
 
     with SandboxProcess(containers=CONTAINERS, seed=49, clock="2026-11-20T12:00:00Z") as sb:
-        api_url = prefect_server.ready()
+        api_url = str(PREFECT_API_URL.value())
         api = httpx.Client(base_url=api_url, timeout=30)
         # `prefect work-pool create freetime --type process`, by the API (a CLI start less)
         template = ProcessWorker.get_default_base_job_template()
