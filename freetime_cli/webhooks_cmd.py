@@ -206,9 +206,6 @@ def apply(
 ) -> None:
     """Apply the inbox's new notifications to the warehouse (idempotent)."""
     from pipelines.config import resolve_warehouse
-    from pipelines.load import LoadFailed
-    from pipelines.terminal49.client import Terminal49Client, Terminal49Error
-    from pipelines.webhooks.apply import apply_inbox
     from pipelines.webhooks.inbox import Inbox, InboxUnusable, default_inbox_path
 
     quiet_logging()
@@ -234,6 +231,11 @@ def apply(
             Inbox(inbox_path).close()
         except InboxUnusable as exc:
             fail(str(exc))
+    # dlt takes a CPU-second to import: nothing to apply, or a bad inbox, never pays for it
+    from pipelines.load import LoadFailed
+    from pipelines.terminal49.client import Terminal49Client, Terminal49Error
+    from pipelines.webhooks.apply import apply_inbox
+
     client = None
     if api.api_key:
         budget = target.working_folder()  # shared with the other writers
