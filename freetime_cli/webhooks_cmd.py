@@ -114,7 +114,8 @@ def serve(
     try:
         target = None if no_apply else known_warehouse(given)
         inbox_path = inbox or default_inbox_path(target or given)
-        api = ApiSettings.resolve(base_url=base_url)
+        # only the applier talks to the API (reading dlt's config costs a second)
+        api = None if target is None else ApiSettings.resolve(base_url=base_url)
     except (ConfigError, WarehouseError) as exc:
         fail(str(exc))
     try:
@@ -172,10 +173,11 @@ def known_warehouse(given: str | Path | None) -> Warehouse | None:
     return target
 
 
-def _applier(warehouse: Warehouse | None, inbox: Path, api: ApiSettings) -> Applier | None:
+def _applier(warehouse: Warehouse | None, inbox: Path, api: ApiSettings | None) -> Applier | None:
     """The receiver's applier (see :mod:`pipelines.webhooks.applier`): one line per batch on
-    stderr; containers the notifications do not carry are fetched when a key is set."""
-    if warehouse is None:
+    stderr; containers the notifications do not carry are fetched when a key is set. None
+    for a receiver that only stores (no ``warehouse``)."""
+    if warehouse is None or api is None:
         return None
     from pipelines.terminal49.client import Terminal49Client
     from pipelines.webhooks.applier import Applier
