@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -64,32 +65,39 @@ def load(
 
     The first load of a warehouse is full; later ones ask only for what changed since the
     last completed load, unless --full."""
-    from pipelines.load import LoadFailed
-
     quiet_logging()
     if sandbox and base_url:
         fail("--sandbox loads from the local sandbox; drop --base-url (or drop --sandbox)")
     given = chosen_warehouse(duckdb, warehouse)
-    try:
+    api: ApiSettings | None = None
+    with _one_line(ConfigError, WarehouseError):  # a bad argument fails before anything starts
         target = resolve_warehouse(given)
-        check_writer(target)  # a bad warehouse or rate fails before the sandbox starts
+        check_writer(target)
         rate_limit = resolve_rate_limit(rate_limit)
         wait = resolve_writer_wait(wait)
-        with contextlib.ExitStack() as stack:
-            if sandbox:
-                url, key = stack.enter_context(embedded_sandbox())
-                console.print(f"sandbox: loading from the local sandbox at {url}")
-                api = ApiSettings.resolve(
-                    base_url=url, api_key=key, rate_limit_per_minute=rate_limit
-                )
-            else:
-                api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit)
-            summary = load_with_progress(target, api, concurrency, full or None, wait)
-    except (ConfigError, LoadFailed, WarehouseError) as exc:
+        if not sandbox:
+            api = ApiSettings.resolve(base_url=base_url, rate_limit_per_minute=rate_limit)
+    # dlt takes a CPU-second to import: a refused command never pays for it
+    from pipelines.load import LoadFailed
+
+    with _one_line(ConfigError, LoadFailed, WarehouseError), contextlib.ExitStack() as stack:
+        if api is None:
+            url, key = stack.enter_context(embedded_sandbox())
+            console.print(f"sandbox: loading from the local sandbox at {url}")
+            api = ApiSettings.resolve(base_url=url, api_key=key, rate_limit_per_minute=rate_limit)
+        summary = load_with_progress(target, api, concurrency, full or None, wait)
+    print_summary(summary)
+
+
+@contextlib.contextmanager
+def _one_line(*errors: type[Exception]) -> Iterator[None]:
+    """``errors`` and Ctrl+C end the command with one line (exit 2; 130 for Ctrl+C)."""
+    try:
+        yield
+    except errors as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         fail("interrupted: nothing was written, the warehouse holds the previous load", 130)
-    print_summary(summary)
 
 
 def check_writer(target: Warehouse) -> None:

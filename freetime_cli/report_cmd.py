@@ -32,9 +32,7 @@ def report(
     ] = None,
 ) -> None:
     """Write the demurrage risk report: summary, charts and the at-risk table in one HTML file."""
-    from pipelines.analytics import TariffError
     from pipelines.config import ConfigError, resolve_warehouse
-    from pipelines.report import write_report
     from pipelines.warehouse import WarehouseError, WarehouseMissing
 
     target = warehouse_given(duckdb, warehouse)
@@ -45,6 +43,13 @@ def report(
         path = resolve_warehouse(target).path  # None on PostgreSQL
         if path is not None and not path.exists():
             raise WarehouseMissing(f"no warehouse at {path}: run `freetime load` first")
+    except (ValueError, ConfigError, WarehouseError, OSError) as exc:
+        fail(str(exc))
+    # polars and altair take half a CPU-second to import: a refused command never pays for it
+    from pipelines.analytics import TariffError
+    from pipelines.report import write_report
+
+    try:
         written = write_report(path or target, out, as_of=when)
     except (ValueError, TariffError, ConfigError, WarehouseError, OSError) as exc:
         fail(str(exc))

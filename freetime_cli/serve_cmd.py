@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import httpx
 import typer
 from rich.markup import escape
 
@@ -38,6 +37,8 @@ SERVER_START_TIMEOUT_S = 120.0
 
 
 def _healthy(api_url: str) -> bool:
+    import httpx  # here: every command imports this module, few of them talk HTTP
+
     try:
         return httpx.get(f"{api_url.rstrip('/')}/health", timeout=2.0).status_code == 200
     except httpx.HTTPError:

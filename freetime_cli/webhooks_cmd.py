@@ -114,7 +114,8 @@ def serve(
     try:
         target = None if no_apply else known_warehouse(given)
         inbox_path = inbox or default_inbox_path(target or given)
-        api = ApiSettings.resolve(base_url=base_url)
+        # only the applier talks to the API (reading dlt's config costs a second)
+        api = None if target is None else ApiSettings.resolve(base_url=base_url)
     except (ConfigError, WarehouseError) as exc:
         fail(str(exc))
     try:
@@ -172,10 +173,11 @@ def known_warehouse(given: str | Path | None) -> Warehouse | None:
     return target
 
 
-def _applier(warehouse: Warehouse | None, inbox: Path, api: ApiSettings) -> Applier | None:
+def _applier(warehouse: Warehouse | None, inbox: Path, api: ApiSettings | None) -> Applier | None:
     """The receiver's applier (see :mod:`pipelines.webhooks.applier`): one line per batch on
-    stderr; containers the notifications do not carry are fetched when a key is set."""
-    if warehouse is None:
+    stderr; containers the notifications do not carry are fetched when a key is set. None
+    for a receiver that only stores (no ``warehouse``)."""
+    if warehouse is None or api is None:
         return None
     from pipelines.terminal49.client import Terminal49Client
     from pipelines.webhooks.applier import Applier
@@ -206,9 +208,6 @@ def apply(
 ) -> None:
     """Apply the inbox's new notifications to the warehouse (idempotent)."""
     from pipelines.config import resolve_warehouse
-    from pipelines.load import LoadFailed
-    from pipelines.terminal49.client import Terminal49Client, Terminal49Error
-    from pipelines.webhooks.apply import apply_inbox
     from pipelines.webhooks.inbox import Inbox, InboxUnusable, default_inbox_path
 
     quiet_logging()
@@ -234,6 +233,11 @@ def apply(
             Inbox(inbox_path).close()
         except InboxUnusable as exc:
             fail(str(exc))
+    # dlt takes a CPU-second to import: nothing to apply, or a bad inbox, never pays for it
+    from pipelines.load import LoadFailed
+    from pipelines.terminal49.client import Terminal49Client, Terminal49Error
+    from pipelines.webhooks.apply import apply_inbox
+
     client = None
     if api.api_key:
         budget = target.working_folder()  # shared with the other writers

@@ -14,11 +14,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
-
 from pipelines.config import working_folder
 
 if TYPE_CHECKING:
+    import duckdb
     import polars as pl
 
 log = logging.getLogger("freetime.warehouse")
@@ -56,6 +55,8 @@ def connect(
 ) -> duckdb.DuckDBPyConnection:
     """Open ``path`` (with DuckDB settings ``config``); retry while another process holds the
     lock, then raise WarehouseLocked."""
+    import duckdb  # here: a command that only names the errors above starts without it
+
     path = Path(path)
     if read_only and not path.exists():
         raise WarehouseMissing(

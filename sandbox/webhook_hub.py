@@ -27,13 +27,15 @@ import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import orjson
 
 from sandbox.model import derive_uuid
 from sandbox.webhook_events import EVENTS, Builder, Occurrence, Resource, body_of, rand_below
+
+if TYPE_CHECKING:
+    import httpx
 
 SUCCESS = frozenset({200, 201, 202, 204})
 USER_AGENT = "Terminal49 Webhook Bot"
@@ -235,18 +237,26 @@ class WebhookHub:
 
     # ---- delivery --------------------------------------------------------------------------
     async def start(self) -> None:
-        """Create the HTTP client and start the worker (call inside the running loop)."""
+        """Start the worker (call inside the running loop); the HTTP client is made by the
+        first delivery (most sandboxes never send one, and httpx takes a tenth of a second
+        to import)."""
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
-        self._client = httpx.AsyncClient(
-            timeout=self.timeout,
-            follow_redirects=False,
-            limits=httpx.Limits(
-                max_connections=max(self.concurrency, 20) * 2,
-                max_keepalive_connections=max(self.concurrency, 20),
-            ),
-        )
         self._task = asyncio.create_task(self.run())
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.AsyncClient(
+                timeout=self.timeout,
+                follow_redirects=False,
+                limits=httpx.Limits(
+                    max_connections=max(self.concurrency, 20) * 2,
+                    max_keepalive_connections=max(self.concurrency, 20),
+                ),
+            )
+        return self._client
 
     async def stop(self) -> None:
         """Stop the worker and close the client."""
@@ -265,14 +275,16 @@ class WebhookHub:
         extra: list[dict[str, str]] | None = None,
     ) -> DeliveryResult:
         """One POST of ``body`` to ``url`` with the delivery headers; never raises."""
-        assert self._client is not None
+        import httpx
+
+        client = self._http()
         headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
         if signature is not None:
             headers[SIGNATURE_HEADER] = signature
         for h in extra or []:
             headers[str(h.get("name"))] = str(h.get("value"))
         try:
-            resp = await self._client.post(url, content=body, headers=headers)
+            resp = await client.post(url, content=body, headers=headers)
         except httpx.TimeoutException:
             return DeliveryResult(None, "timeout")
         except httpx.HTTPError as e:

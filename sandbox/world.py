@@ -65,19 +65,22 @@ MAX_FEE_DAYS = 120
 Row = dict[str, int]
 
 
-_TIMES: tuple[str, ...] = tuple(
-    f"T{h:02d}:{m:02d}:{sec:02d}Z" for h in range(24) for m in range(60) for sec in range(60)
-)
+# Filled as met: a table of all 86,400 times of day cost every importing process 0.05 s.
+_TIMES: dict[int, str] = {}
 _DAYS: dict[int, str] = {}
 
 
 def iso(ts: int) -> str:
-    """Epoch seconds -> ``YYYY-MM-DDTHH:MM:SSZ`` (day strings cached, time-of-day tabled)."""
+    """Epoch seconds -> ``YYYY-MM-DDTHH:MM:SSZ`` (day and time-of-day strings cached)."""
     d, sec = divmod(ts, 86400)
     day = _DAYS.get(d)
     if day is None:
         day = _DAYS[d] = time.strftime("%Y-%m-%d", time.gmtime(d * 86400))
-    return day + _TIMES[sec]
+    tod = _TIMES.get(sec)
+    if tod is None:
+        h, rest = divmod(sec, 3600)
+        tod = _TIMES[sec] = f"T{h:02d}:{rest // 60:02d}:{rest % 60:02d}Z"
+    return day + tod
 
 
 @lru_cache(maxsize=64)

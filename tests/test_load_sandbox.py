@@ -130,6 +130,20 @@ def sandbox() -> Any:
         yield sb
 
 
+@pytest.fixture(scope="module")
+def loaded(sandbox: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A warehouse loaded once from ``sandbox`` (which no test moves): read it, or copy it
+    with :func:`_copy_of` to write."""
+    db = tmp_path_factory.mktemp("loaded") / "w.duckdb"
+    run_load(db, _api(sandbox))
+    return db
+
+
+def _copy_of(loaded: Path, tmp_path: Path) -> Path:
+    """``loaded``'s file alone (no working folder) as ``tmp_path / "w.duckdb"``."""
+    return Path(shutil.copy(loaded, tmp_path / "w.duckdb"))
+
+
 def test_tables_types_and_ground_truth(sandbox: Any, tmp_path: Path) -> None:
     db = tmp_path / "w.duckdb"
     summary = run_load(db, _api(sandbox))
@@ -445,10 +459,9 @@ def test_wrong_or_missing_key_is_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_unreachable_api_fails_cleanly_and_keeps_the_warehouse(
-    sandbox: Any, tmp_path: Path
+    sandbox: Any, loaded: Path, tmp_path: Path
 ) -> None:
-    db = tmp_path / "w.duckdb"
-    run_load(db, _api(sandbox))
+    db = _copy_of(loaded, tmp_path)
     before = _dump(db)
     bad = ApiSettings(base_url="http://127.0.0.1:9/v2", api_key="k")
     started = time.monotonic()
@@ -559,10 +572,9 @@ def _hold_read_lock(db: Path, seconds: float) -> subprocess.Popen[str]:
 
 
 def test_locked_warehouse_is_retried_then_reported(
-    sandbox: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    sandbox: Any, loaded: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    db = tmp_path / "w.duckdb"
-    run_load(db, _api(sandbox))
+    db = _copy_of(loaded, tmp_path)
     before = _dump(db)
     # A reader that goes away within the retry window: the load waits, says so, then completes.
     reader = _hold_read_lock(db, 3)
@@ -586,9 +598,8 @@ def test_locked_warehouse_is_retried_then_reported(
     assert_equals_ground_truth(db, sandbox.ground_truth())
 
 
-def test_a_warehouse_never_mixes_two_accounts(sandbox: Any, tmp_path: Path) -> None:
-    db = tmp_path / "w.duckdb"
-    run_load(db, _api(sandbox))
+def test_a_warehouse_never_mixes_two_accounts(sandbox: Any, loaded: Path, tmp_path: Path) -> None:
+    db = _copy_of(loaded, tmp_path)
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT source FROM terminal49.freetime_source").fetchall() == [
             ("sandbox",)

@@ -174,9 +174,13 @@ def _containers_written(out: str) -> int:
     return int(found.group(1))
 
 
+#: the vendor's ``container.updated`` example, read once (thousands of notifications use it)
+_UPDATED = (T49 / "webhooks" / "container.updated.json").read_bytes()
+
+
 def _older_notification(nid: str, container: dict[str, Any], created: str) -> bytes:
     """A ``container.updated`` notification carrying ``container`` with availability flipped."""
-    doc = orjson.loads((T49 / "webhooks" / "container.updated.json").read_bytes())
+    doc = orjson.loads(_UPDATED)
     doc["data"]["id"] = nid
     doc["data"]["attributes"]["created_at"] = created
     changed = copy.deepcopy(container)
@@ -207,8 +211,12 @@ def test_webhook_apply_racing_a_load_never_writes_older_data_over_newer(tmp_path
         truth = sb.ground_truth()
         hour_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).isoformat()
         with Inbox(inbox) as box:
-            for n, container in enumerate(truth["containers"][:200]):
-                box.add(parse_notification(_older_notification(f"n-{n}", container, hour_ago)))
+            box.add_many(
+                [
+                    parse_notification(_older_notification(f"n-{n}", container, hour_ago))
+                    for n, container in enumerate(truth["containers"][:200])
+                ]
+            )
         env = {"TERMINAL49_API_KEY": sb.api_key}
         load = _cli("load", "--full", "--duckdb", str(db), "--base-url", sb.base_url, env=env)
         time.sleep(1.0)
@@ -250,14 +258,19 @@ def test_a_large_apply_prints_its_summary_and_no_traceback(tmp_path: Path) -> No
         run_load(db, _api(sb))
         containers = sb.ground_truth()["containers"]
         start = dt.datetime.now(dt.UTC)
-        with Inbox(inbox) as box:
-            for n in range(6788):
-                at = (start + dt.timedelta(seconds=n)).isoformat()
-                box.add(
+        with Inbox(inbox) as box:  # one transaction: the apply is under test, not the inbox
+            box.add_many(
+                [
                     parse_notification(
-                        _older_notification(f"big-{n}", containers[n % len(containers)], at)
+                        _older_notification(
+                            f"big-{n}",
+                            containers[n % len(containers)],
+                            (start + dt.timedelta(seconds=n)).isoformat(),
+                        )
                     )
-                )
+                    for n in range(6788)
+                ]
+            )
         proc = _cli("webhooks", "apply", "--duckdb", str(db), "--inbox", str(inbox))
         out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-2000:]
