@@ -53,10 +53,11 @@ from pipelines.config import ANALYTICS_SCHEMA as A
 from pipelines.config import DATASET as T
 from pipelines.config import Warehouse
 from pipelines.history import BINDING_BASIS_FIELD, BINDING_FIELD
-from pipelines.pg.connection import dsn_with_password, masked
+from pipelines.pg.connection import check_writable, dsn_with_password, masked
 from pipelines.pg.lock import writer_lock
 from pipelines.pg.publish import DUCKDB_NAMES, HISTORY, HISTORY_COLUMNS, ensure_history
 from pipelines.pg.reader import ensure_lookup_indexes
+from pipelines.pg.slots import SCHEMA as SLOTS
 from pipelines.pg.slots import batches, clear_spare, publish_slot, published_table, vacuum
 from pipelines.pg.views import create_views, raise_alerts
 from pipelines.warehouse import WarehouseMissing, WarehouseUnusable, quote
@@ -127,11 +128,14 @@ def publish_risk(
     transaction, holding the writers' advisory lock as ``what`` (see
     :func:`pipelines.pg.lock.writer_lock` for ``wait_seconds`` and ``on_wait``). Raises
     ``TariffError``, ``WarehouseMissing`` (no ``terminal49.containers``),
-    ``WarehouseIncompatible``, ``WarehouseUnusable`` or ``WriterBusy``."""
+    ``WarehouseIncompatible``, ``WarehouseUnusable`` or ``WriterBusy``. Before the
+    transaction the spare slot is emptied, after it the published one vacuumed
+    (:mod:`pipelines.pg.slots`), under the same lock."""
     started = time.perf_counter()
     tariffs = load_tariffs(tariffs_path)
     as_of = as_of or datetime.now(UTC)
     as_of = (as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)).astimezone(UTC)
+    check_writable(warehouse, (A, SLOTS))
     with writer_lock(warehouse, what, wait_seconds, on_wait):
         clear_spare(warehouse)
         df, slot = _compute_and_publish(warehouse, as_of, tariffs)
