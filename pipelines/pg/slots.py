@@ -158,7 +158,7 @@ def publish_slot(cur: Any, rows: pa.Table, columns: list[tuple[str, str]]) -> st
 
 
 #: the longest a vacuum waits for the snapshots taken before it (see :func:`_settle`)
-SETTLE_SECONDS = 5.0
+SETTLE_SECONDS = 2.0
 
 
 def _settle(cur: Any) -> None:
