@@ -173,6 +173,39 @@ def test_a_reader_during_an_open_risk_publish_reads_the_published_run_whole(
     assert _execute(pg_database, previous) == [(first.rows, AS_OF, AS_OF)]
 
 
+def _publish_into(url: str, when: datetime, errors: list[BaseException]) -> None:
+    try:
+        publish_risk(url, as_of=when)
+    except BaseException as exc:  # the assertion is made in the test's thread
+        errors.append(exc)
+
+
+def test_a_reader_left_in_an_open_transaction_never_stops_a_risk_run(
+    pg_loaded: Callable[..., str],
+) -> None:
+    pg_database = pg_loaded(*ACCOUNT)
+    runs = [AS_OF + timedelta(hours=h) for h in range(4)]
+    first = publish_risk(pg_database, as_of=runs[0])
+    idle = psycopg2.connect(pg_database)  # a psql session that read, then left BEGIN open
+    try:
+        with idle.cursor() as cur:
+            cur.execute(BY_TERMINAL)
+            assert cur.fetchall() == [(first.rows, runs[0], runs[0])]
+        for when in runs[1:3]:  # each slot in turn is the one written while the session waits
+            errors: list[BaseException] = []
+            writer = threading.Thread(target=_publish_into, args=(pg_database, when, errors))
+            writer.start()
+            writer.join(timeout=120)
+            assert not writer.is_alive(), "the risk run waited for the reader's transaction"
+            assert not errors, errors
+            assert _execute(pg_database, BY_TERMINAL) == [(first.rows, when, when)]
+    finally:
+        idle.rollback()
+        idle.close()
+    publish_risk(pg_database, as_of=runs[3])
+    assert _execute(pg_database, BY_TERMINAL) == [(first.rows, runs[3], runs[3])]
+
+
 def test_an_older_analytics_schema_is_migrated_by_the_next_risk_run(
     pg_loaded: Callable[..., str],
 ) -> None:

@@ -19,15 +19,19 @@ publish's transaction (a brief lock, as a change of a table's columns takes anyw
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
+import psycopg2
 import pyarrow as pa
 
 from pipelines.config import ANALYTICS_SCHEMA as A
 from pipelines.config import Warehouse
 from pipelines.pg.connection import connection
 from pipelines.warehouse import quote
+
+log = logging.getLogger("freetime.pg.slots")
 
 #: the schema of the slots and of the pointer (not one users query: they read the view)
 SCHEMA = "freetime_risk"
@@ -189,32 +193,55 @@ def clear_spare(warehouse: Warehouse) -> None:
     slot nobody reads, empty it and vacuum it, so that the publish's COPY fills emptied pages
     (the slot as compact as a new table, no dead rows among the new ones, no index to update
     row by row) and the publish's own DELETE finds nothing. No reader reads that slot; none
-    waits (the file is not truncated, which would lock it)."""
+    waits (the file is not truncated, which would lock it). An index whose drop waited
+    longer than :data:`SETTLE_SECONDS` for a reader's open transaction is left (invalid, or
+    whole): the publish then builds the slot's index under another name."""
     with connection(warehouse, autocommit=True) as con, con.cursor() as cur:
         slot = published_slot(cur)
         if slot is None:
             return
-        other = "b" if slot == "a" else "a"
-        spare = slot_table(other)
+        spare = slot_table("b" if slot == "a" else "a")
         cur.execute("SET synchronous_commit = on")  # see pipelines.pg.risk._publish
-        for suffix, _, _ in INDEXES:
-            # CONCURRENTLY: waits for the readers' queries that hold the slot (as the view's
-            # queries all do), never makes one wait
-            cur.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {SCHEMA}.slot_{other}_{suffix}")
+        cur.execute(
+            f"SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = '{spare}'::regclass"
+        )
+        indexes = [str(r[0]) for r in cur.fetchall()]
+        # CONCURRENTLY: waits for the transactions that hold the slot (every query of the
+        # view does, briefly), never makes one wait; a transaction left open holds it
+        # longer than the run should wait
+        cur.execute(f"SET lock_timeout = '{int(SETTLE_SECONDS * 1000)}ms'")
+        for index in indexes:
+            try:
+                cur.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {index}")
+            except psycopg2.errors.LockNotAvailable:
+                log.warning("the spare risk slot keeps its index %s: a session holds it", index)
+                break
+        cur.execute("RESET lock_timeout")
         cur.execute(f"DELETE FROM {spare}")
         _settle(cur)
         cur.execute(f"VACUUM (TRUNCATE false) {spare}")
 
 
 def _index(cur: Any, slot: str, names: set[str]) -> None:
-    """The :data:`INDEXES` of ``slot`` whose columns are among ``names`` (those missing)."""
+    """The :data:`INDEXES` of ``slot`` whose columns are among ``names`` and that it lacks (a
+    valid index of that name, or of that name and a number): an invalid one left by
+    :func:`clear_spare` keeps its name, the new one takes the first free."""
+    cur.execute(
+        "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        f"WHERE i.indrelid = '{slot_table(slot)}'::regclass"
+    )
+    have = {str(name): bool(valid) for name, valid in cur.fetchall()}
     for suffix, keys, covered in INDEXES:
-        if set(keys + covered) <= names:
-            include = f" INCLUDE ({', '.join(covered)})" if covered else ""
-            cur.execute(
-                f"CREATE INDEX IF NOT EXISTS slot_{slot}_{suffix} ON {slot_table(slot)} "
-                f"({', '.join(keys)}){include}"
-            )
+        base = f"slot_{slot}_{suffix}"
+        taken = [n for n in have if n == base or n.startswith(base + "_")]
+        if not set(keys + covered) <= names or any(have[n] for n in taken):
+            continue
+        name, k = base, 0
+        while name in have:
+            k += 1
+            name = f"{base}_{k}"
+        include = f" INCLUDE ({', '.join(covered)})" if covered else ""
+        cur.execute(f"CREATE INDEX {name} ON {slot_table(slot)} ({', '.join(keys)}){include}")
 
 
 def vacuum(warehouse: Warehouse, slot: str) -> None:
