@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -111,6 +112,98 @@ def test_a_reader_during_risk_publishes_sees_one_run_whole(pg_loaded: Callable[.
         assert rows == first.rows and carriers
     assert {r[1] for r in seen} <= {AS_OF, *runs}
     assert set(reports) <= {AS_OF, *runs}
+
+
+#: a dashboard's count and cost by terminal and level (the benchmark's aggregate), with the
+#: run's instant and row count
+BY_TERMINAL = """
+SELECT sum(n), min(first), max(last) FROM (
+    SELECT pod_terminal_name, risk_level, count(*) AS n, sum(projected_demurrage),
+           min(days_to_lfd), min(as_of) AS first, max(as_of) AS last
+    FROM analytics.demurrage_risk GROUP BY 1, 2) AS t
+"""
+
+
+def test_a_reader_during_an_open_risk_publish_reads_the_published_run_whole(
+    pg_loaded: Callable[..., str],
+) -> None:
+    pg_database = pg_loaded(*ACCOUNT)
+    first = publish_risk(pg_database, as_of=AS_OF)
+    later = AS_OF + timedelta(hours=1)
+    one = _execute(pg_database, "SELECT container_id FROM analytics.demurrage_risk LIMIT 1")
+    lookup = f"SELECT as_of FROM analytics.demurrage_risk WHERE container_id = '{one[0][0]}'"
+    # a session holding the history table: the next publish writes its risk rows, then
+    # waits for it to record the binding LFD's changes, its transaction open
+    holder = psycopg2.connect(pg_database)
+    with holder.cursor() as cur:
+        cur.execute("LOCK TABLE terminal49.history IN SHARE MODE")
+    errors: list[BaseException] = []
+
+    def publish() -> None:
+        try:
+            publish_risk(pg_database, as_of=later)
+        except BaseException as exc:  # the assertion is made in the test's thread
+            errors.append(exc)
+
+    writer = threading.Thread(target=publish)
+    writer.start()
+    try:
+        waiting = (
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+            "WHERE NOT l.granted AND c.relname = 'history'"
+        )
+        deadline = time.monotonic() + 120
+        while _execute(pg_database, waiting) != [(1,)] and not errors:
+            assert time.monotonic() < deadline, "the publish never reached the history"
+            time.sleep(0.05)
+        assert not errors, errors
+        # the reader waits for no lock of the open publish (else: lock timeout) and reads
+        # the run published before it, whole
+        during = _execute(pg_database, "SET lock_timeout = '2s'", BY_TERMINAL)
+        assert during == [(first.rows, AS_OF, AS_OF)]
+        assert _execute(pg_database, "SET lock_timeout = '2s'", lookup) == [(AS_OF,)]
+    finally:
+        holder.rollback()
+        holder.close()
+        writer.join(timeout=120)
+    assert not errors, errors
+    assert _execute(pg_database, BY_TERMINAL) == [(first.rows, later, later)]
+    assert _execute(pg_database, lookup) == [(later,)]
+    previous = "SELECT count(*), min(as_of), max(as_of) FROM analytics.demurrage_risk_previous"
+    assert _execute(pg_database, previous) == [(first.rows, AS_OF, AS_OF)]
+
+
+def _publish_into(url: str, when: datetime, errors: list[BaseException]) -> None:
+    try:
+        publish_risk(url, as_of=when)
+    except BaseException as exc:  # the assertion is made in the test's thread
+        errors.append(exc)
+
+
+def test_a_reader_left_in_an_open_transaction_never_stops_a_risk_run(
+    pg_loaded: Callable[..., str],
+) -> None:
+    pg_database = pg_loaded(*ACCOUNT)
+    runs = [AS_OF + timedelta(hours=h) for h in range(4)]
+    first = publish_risk(pg_database, as_of=runs[0])
+    idle = psycopg2.connect(pg_database)  # a psql session that read, then left BEGIN open
+    try:
+        with idle.cursor() as cur:
+            cur.execute(BY_TERMINAL)
+            assert cur.fetchall() == [(first.rows, runs[0], runs[0])]
+        for when in runs[1:3]:  # each slot in turn is the one written while the session waits
+            errors: list[BaseException] = []
+            writer = threading.Thread(target=_publish_into, args=(pg_database, when, errors))
+            writer.start()
+            writer.join(timeout=120)
+            assert not writer.is_alive(), "the risk run waited for the reader's transaction"
+            assert not errors, errors
+            assert _execute(pg_database, BY_TERMINAL) == [(first.rows, when, when)]
+    finally:
+        idle.rollback()
+        idle.close()
+    publish_risk(pg_database, as_of=runs[3])
+    assert _execute(pg_database, BY_TERMINAL) == [(first.rows, runs[3], runs[3])]
 
 
 def test_an_older_analytics_schema_is_migrated_by_the_next_risk_run(

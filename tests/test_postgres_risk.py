@@ -36,9 +36,9 @@ def _rows(url: str, sql: str) -> list[tuple[object, ...]]:
 def test_risk_on_postgresql_publishes_the_rows_duckdb_publishes(
     pg_loaded: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pipelines.pg.risk as pg_risk
+    import pipelines.pg.slots as pg_slots
 
-    monkeypatch.setattr(pg_risk, "BATCH_ROWS", 7)  # the rows go in many batches, not one
+    monkeypatch.setattr(pg_slots, "BATCH_ROWS", 7)  # the rows go in many batches, not one
 
     path = tmp_path / "w.duckdb"  # loaded from the same sandbox process as the database
     pg_database = pg_loaded(120, 49, CLOCK, duckdb=path)

@@ -5,7 +5,8 @@ owns what it publishes), in one transaction:
 
 - creates the role (``LOGIN``, with the password given) when it does not exist yet: that needs
   ``CREATEROLE``; without it, a superuser creates the role first and this grants to it;
-- ``CONNECT`` on the database, ``USAGE`` on ``terminal49`` and ``analytics`` (created when
+- ``CONNECT`` on the database, ``USAGE`` on ``terminal49``, ``analytics`` and ``freetime_risk``
+  (the slots behind ``analytics.demurrage_risk``, :mod:`pipelines.pg.slots`; created when
   missing, so that the rights hold before the first load), ``SELECT`` on every table and view
   in them, and the same on every table the writer creates there later (default privileges);
 - the role's sessions default to read-only transactions and a statement timeout, so that a
@@ -29,11 +30,12 @@ from psycopg2 import sql
 
 from pipelines.config import ANALYTICS_SCHEMA, DATASET, ConfigError, Warehouse
 from pipelines.pg.connection import connection, one_line
+from pipelines.pg.slots import SCHEMA as SLOTS
 from pipelines.warehouse import WarehouseUnusable
 
 #: the statement timeout the reader's sessions get by default
 READER_STATEMENT_TIMEOUT = "30s"
-SCHEMAS = (DATASET, ANALYTICS_SCHEMA)
+SCHEMAS = (DATASET, ANALYTICS_SCHEMA, SLOTS)
 
 
 def grant_reader(warehouse: Warehouse, role: str, password: str | None = None) -> list[str]:

@@ -4,16 +4,16 @@ The inputs are read with a columnar driver (ADBC's PostgreSQL driver: ``terminal
 straight into Arrow, then polars), the rules are those of the DuckDB path (one
 :func:`pipelines.analytics.risk.clock` for the risk rows and
 :func:`pipelines.analytics.charges.compute_charges`), and everything the DuckDB path publishes
-is published in one PostgreSQL transaction: ``analytics.demurrage_risk`` (the old rows moved
+is published in one PostgreSQL transaction: ``analytics.demurrage_risk`` (the old rows copied
 to ``demurrage_risk_previous``), ``analytics.charges`` and ``analytics.charge_days``, the
 views (:mod:`pipelines.pg.views`), the binding LFD's history rows and the alerts the run
-raises (``analytics.alert_outbox``). The new rows replace the published ones by DELETE, then
-ADBC's bulk ingest (COPY) straight into the table, so a reader is never blocked
-and sees every table before or after the publish, whole (a change of a table's columns takes
-a brief lock instead). Two risk runs of one warehouse publish one after the other (a
-transaction-level advisory lock). ``demurrage_risk`` carries, besides the tool server's lookup
-index, a covering index by terminal and risk level (:data:`BY_TERMINAL`), so the count and
-cost by terminal a dashboard refreshes is an index-only scan, not a read of every wide row.
+raises (``analytics.alert_outbox``). ``demurrage_risk`` is a view over the published one of
+two slots (:mod:`pipelines.pg.slots`): the new rows go into the other slot by ADBC's bulk
+ingest (COPY) and the commit publishes it, so a reader is never blocked, sees every table
+before or after the publish, whole, and reads rows a vacuum marked visible to all (a change
+of the columns takes a brief lock instead). The charges are replaced by DELETE and COPY in
+place. Two risk runs of one warehouse publish one after the other (a transaction-level
+advisory lock).
 """
 
 from __future__ import annotations
@@ -53,21 +53,16 @@ from pipelines.config import ANALYTICS_SCHEMA as A
 from pipelines.config import DATASET as T
 from pipelines.config import Warehouse
 from pipelines.history import BINDING_BASIS_FIELD, BINDING_FIELD
-from pipelines.pg.connection import dsn_with_password, masked
+from pipelines.pg.connection import check_writable, dsn_with_password, masked
 from pipelines.pg.lock import writer_lock
 from pipelines.pg.publish import DUCKDB_NAMES, HISTORY, HISTORY_COLUMNS, ensure_history
 from pipelines.pg.reader import ensure_lookup_indexes
+from pipelines.pg.slots import SCHEMA as SLOTS
+from pipelines.pg.slots import batches, clear_spare, publish_slot, published_table, vacuum
 from pipelines.pg.views import create_views, raise_alerts
-from pipelines.warehouse import WarehouseMissing, WarehouseUnusable
+from pipelines.warehouse import WarehouseMissing, WarehouseUnusable, quote
 
 RISK, PREVIOUS = "demurrage_risk", "demurrage_risk_previous"
-#: the index a dashboard's count and cost by terminal and level reads instead of the table
-#: (an index-only scan of a few narrow columns, once autovacuum marked the new rows visible)
-BY_TERMINAL = (
-    "freetime_demurrage_risk_by_terminal",
-    ("pod_terminal_name", "risk_level"),
-    ("days_to_lfd", "projected_demurrage", "accrued_demurrage"),
-)
 #: the advisory lock key of risk publishers (held for a publish's transaction)
 RISK_KEY = int.from_bytes(hashlib.sha256(b"freetime.risk").digest()[:8], "big") >> 1
 
@@ -133,16 +128,27 @@ def publish_risk(
     transaction, holding the writers' advisory lock as ``what`` (see
     :func:`pipelines.pg.lock.writer_lock` for ``wait_seconds`` and ``on_wait``). Raises
     ``TariffError``, ``WarehouseMissing`` (no ``terminal49.containers``),
-    ``WarehouseIncompatible``, ``WarehouseUnusable`` or ``WriterBusy``."""
+    ``WarehouseIncompatible``, ``WarehouseUnusable`` or ``WriterBusy``. Before the
+    transaction the spare slot is emptied, after it the published one vacuumed
+    (:mod:`pipelines.pg.slots`), under the same lock."""
     started = time.perf_counter()
     tariffs = load_tariffs(tariffs_path)
     as_of = as_of or datetime.now(UTC)
     as_of = (as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)).astimezone(UTC)
-    with (
-        writer_lock(warehouse, what, wait_seconds, on_wait),
-        adbc_connection(warehouse) as con,
-        con.cursor() as cur,
-    ):
+    check_writable(warehouse, (A, SLOTS))
+    with writer_lock(warehouse, what, wait_seconds, on_wait):
+        clear_spare(warehouse)
+        df, slot = _compute_and_publish(warehouse, as_of, tariffs)
+        vacuum(warehouse, slot)  # still a writer: the next one finds the slots vacuumed
+    return summarise(df, warehouse.display, as_of, started)
+
+
+def _compute_and_publish(
+    warehouse: Warehouse, as_of: datetime, tariffs: pl.DataFrame
+) -> tuple[pl.DataFrame, str]:
+    """:func:`publish_risk`'s transaction (the caller holds the writers' lock): the inputs
+    read, the rows computed and published; the risk rows and the slot published."""
+    with adbc_connection(warehouse) as con, con.cursor() as cur:
         if "containers" not in _types(cur, T):
             raise WarehouseMissing(
                 f"the warehouse {warehouse.display} has no {T}.containers table: run "
@@ -158,12 +164,12 @@ def publish_risk(
                 f"cannot compute risk from {warehouse.display}: {first}"
             ) from None
         try:
-            _publish(cur, df, parties, days, f"risk-{as_of.isoformat()}", as_of)
+            slot = _publish(cur, df, parties, days, f"risk-{as_of.isoformat()}", as_of)
             con.commit()
         except BaseException:
             con.rollback()
             raise
-    return summarise(df, warehouse.display, as_of, started)
+    return df, slot
 
 
 def _publish(
@@ -173,11 +179,16 @@ def _publish(
     days: pl.DataFrame,
     run_id: str,
     as_of: datetime,
-) -> None:
-    """Inside the caller's transaction: the rows of ``df`` replace ``analytics.demurrage_risk``,
-    whose rows replace ``demurrage_risk_previous``; the engine's rows replace ``charges`` and
-    ``charge_days``; then the views, the binding LFD's history and the alerts."""
+) -> str:
+    """Inside the caller's transaction: the rows of ``df`` replace ``analytics.demurrage_risk``
+    (:func:`pipelines.pg.slots.publish_slot`), whose rows replace ``demurrage_risk_previous``;
+    the engine's rows replace ``charges`` and ``charge_days``; then the views, the binding
+    LFD's history and the alerts. The slot published, for :func:`pipelines.pg.slots.vacuum`
+    after the commit."""
     cur.execute(f"SELECT pg_advisory_xact_lock({RISK_KEY})")
+    # the commit waits for its WAL on disk even on a server with asynchronous commits: the
+    # vacuum right after it marks the new rows visible to all only once it is there
+    cur.execute("SET LOCAL synchronous_commit = on")
     cur.execute(f"CREATE SCHEMA IF NOT EXISTS {A}")
     tables = _columns(cur, A)
     previous = None
@@ -192,23 +203,26 @@ def _publish(
         else:
             cur.execute(f"DROP TABLE IF EXISTS {A}.{PREVIOUS} CASCADE")
             cur.execute(f"CREATE TABLE {A}.{PREVIOUS} AS SELECT * FROM {A}.{RISK}")
-    # demurrage_risk, the table dashboards scan, is written last: from its first changed row
-    # to the commit, a reader's scan of it checks every old and new row against the open
-    # transaction (twice the rows, none marked visible to all), so that window is kept to
-    # its own COPY; the alerts compare frames, not the table
     for table, frame in ((PARTIES_TABLE, parties), (DAYS_TABLE, days)):
         _replace(cur, table, frame, tables.get(table))
     raise_alerts(cur, df, previous, as_of)
-    _replace(cur, RISK, df, tables.get(RISK))
+    rows = df.to_arrow()
+    slot = publish_slot(cur, rows, _ingested_columns(cur, rows))
     create_views(cur, _types(cur, T))
     ensure_lookup_indexes(cur)  # a table created anew gets its lookup index again
-    name, keys, covered = BY_TERMINAL
-    if set(keys + covered) <= set(df.columns):
-        cur.execute(
-            f"CREATE INDEX IF NOT EXISTS {name} ON {A}.{RISK} ({', '.join(keys)}) "
-            f"INCLUDE ({', '.join(covered)})"
-        )
     record_binding(cur, run_id, as_of)
+    return slot
+
+
+def _ingested_columns(cur: Any, rows: pa.Table) -> list[tuple[str, str]]:
+    """The columns (name, PostgreSQL type) the bulk ingest of ``rows`` creates, from an empty
+    temporary table: the rows themselves are written once, into their table (a copy through
+    a temporary table cost as much again as the COPY)."""
+    cur.execute("DROP TABLE IF EXISTS _new_rows")
+    cur.adbc_ingest("_new_rows", rows.slice(0, 0), mode="create", temporary=True)
+    columns = _columns_of_temp(cur)
+    cur.execute("DROP TABLE _new_rows")
+    return columns
 
 
 def _replace(
@@ -218,31 +232,12 @@ def _replace(
     ``published``): DELETE, then the rows COPied straight into it, when the columns are the
     same; else a new table (the views over the old one go with it and are created again)."""
     rows = frame.to_arrow()
-    # the columns the bulk ingest gives these rows, from an empty temporary table: the rows
-    # themselves are written once, into their table (a copy through a temporary table cost
-    # as much again as the COPY)
-    cur.execute("DROP TABLE IF EXISTS _new_rows")
-    cur.adbc_ingest("_new_rows", rows.slice(0, 0), mode="create", temporary=True)
-    same = published == _columns_of_temp(cur)
-    cur.execute("DROP TABLE _new_rows")
-    if same:
+    if published == _ingested_columns(cur, rows):
         cur.execute(f"DELETE FROM {A}.{table}")
         cur.adbc_ingest(table, batches(rows), mode="append", db_schema_name=A)
     else:
         cur.execute(f"DROP TABLE IF EXISTS {A}.{table} CASCADE")
         cur.adbc_ingest(table, batches(rows), mode="create", db_schema_name=A)
-
-
-#: rows per batch of a bulk ingest (see :func:`batches`)
-BATCH_ROWS = 50_000
-
-
-def batches(rows: pa.Table) -> pa.RecordBatchReader:
-    """``rows`` as a stream of batches of :data:`BATCH_ROWS` (slices, not copies): ADBC's
-    driver encodes a whole batch before it sends any of it, so in one batch the server waits
-    for the client's encoding of every row and the client for the server's; batch by batch,
-    one encodes the next while the other writes the last, and the buffer is one batch."""
-    return pa.RecordBatchReader.from_batches(rows.schema, rows.to_batches(BATCH_ROWS))
 
 
 def _columns(cur: Any, schema: str) -> dict[str, list[tuple[str, str]]]:
@@ -439,9 +434,12 @@ def _publish_some(
         else None
     )
     _catch_up_previous(cur, tables)
+    # the few changed rows are written in place, in the published slot (a few pages)
     for table in new:
-        cur.execute(f"DELETE FROM {A}.{table} WHERE container_id IN (SELECT id FROM _changed)")
-        cur.execute(f"INSERT INTO {A}.{table} SELECT * FROM _new_{table}")
+        target = published_table(cur) if table == RISK else f"{A}.{table}"
+        cur.execute(f"DELETE FROM {target} WHERE container_id IN (SELECT id FROM _changed)")
+        names = ", ".join(quote(c) for c, _ in _temp_columns(cur, f"_new_{table}"))
+        cur.execute(f"INSERT INTO {target} ({names}) SELECT {names} FROM _new_{table}")
         cur.execute(f"DROP TABLE _new_{table}")
     create_views(cur, _types(cur, T))
     ensure_lookup_indexes(cur)
