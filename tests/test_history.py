@@ -377,8 +377,9 @@ def test_views_are_made_before_any_shipment_arrived(tmp_path: Path) -> None:
 
 @pytest.mark.fast
 def test_binding_lfd_changes_are_recorded_after_a_risk_run(tmp_path: Path) -> None:
-    """Crafted risk runs: the binding LFD posted, unchanged, then moved two days later by the
-    POD facility; each change once, with its basis, in lfd_changes."""
+    """Crafted risk runs: the binding LFD posted, unchanged, moved two days later by the
+    POD facility, then cleared (the box picked up) and still cleared; each change once, with
+    its basis, in lfd_changes."""
     from pipelines.history import record_binding
     from pipelines.history.views import create_views
 
@@ -387,6 +388,8 @@ def test_binding_lfd_changes_are_recorded_after_a_risk_run(tmp_path: Path) -> No
         ("r1", "2030-01-01", "2030-01-10", "pickup_lfd_terminal"),
         ("r2", "2030-01-02", "2030-01-10", "pickup_lfd_terminal"),
         ("r3", "2030-01-03", "2030-01-12", "pod_facility"),
+        ("r4", "2030-01-04", None, None),
+        ("r5", "2030-01-05", None, None),
     ]
     with duckdb.connect(str(path)) as con:
         con.execute("CREATE SCHEMA terminal49")
@@ -404,7 +407,7 @@ def test_binding_lfd_changes_are_recorded_after_a_risk_run(tmp_path: Path) -> No
             )
             added.append(record_binding(con, run_id, dt.datetime.fromisoformat(at + "T00:00Z")))
         create_views(con)
-    assert added == [2, 0, 2]
+    assert added == [2, 0, 2, 2, 0]
     got = view(path, "lfd_changes", "WHERE source = 'lfd_binding' ORDER BY observed_at")
     assert [
         (r["change"], r["old_lfd"], r["new_lfd"], r["days_moved"], r["binding_basis"], r["how"])
@@ -412,6 +415,7 @@ def test_binding_lfd_changes_are_recorded_after_a_risk_run(tmp_path: Path) -> No
     ] == [
         ("posted", None, dt.date(2030, 1, 10), None, "pickup_lfd_terminal", "risk"),
         ("moved", dt.date(2030, 1, 10), dt.date(2030, 1, 12), 2, "pod_facility", "risk"),
+        ("withdrawn", dt.date(2030, 1, 12), None, None, "pod_facility", "risk"),
     ]
 
 

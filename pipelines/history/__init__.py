@@ -246,7 +246,8 @@ def record_binding(
             ], recursive := true)
             FROM analytics.demurrage_risk
         ), last AS (
-            SELECT entity_id AS id, field, arg_max(new_value, observed_at) AS old
+            -- arg_max_null: a binding cleared last (new_value NULL) is the last value
+            SELECT entity_id AS id, field, arg_max_null(new_value, observed_at) AS old
             FROM {h} WHERE entity = 'container'
               AND field IN ('{BINDING_FIELD}', '{BINDING_BASIS_FIELD}')
             GROUP BY ALL
