@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from history_walk import CONTAINER, START, Walk  # noqa: E402
+from history_walk import CONTAINER, START, Walk, views  # noqa: E402
 
 from pipelines.config import ApiSettings  # noqa: E402
 from pipelines.history import tracked_columns  # noqa: E402
@@ -42,10 +42,13 @@ def as_text(value: Any) -> str | None:
 
 
 def changes_of(path: Path, cid: str) -> list[tuple[Any, ...]]:
+    """The changes loads and webhooks recorded for ``cid``: the rows of the walk's risk runs
+    (``how = 'risk'``, the binding LFD the alerts desk's risk runs derived) are left out."""
     return rows(
         path,
         "SELECT field, old_value, new_value, observed_at, how, notification_id "
-        "FROM terminal49.history WHERE entity_id = ? ORDER BY observed_at, field",
+        "FROM terminal49.history WHERE entity_id = ? AND how <> 'risk' "
+        "ORDER BY observed_at, field",
         [cid],
     )
 
@@ -110,6 +113,31 @@ def test_the_life_of_the_container_reads_as_it_happened(walked: Walk) -> None:
         assert (nid is not None) == (how == "webhook")
         assert nid is None or nid in notified
     assert {c[4] for c in changes} == {"full", "incremental", "webhook"}
+
+
+def test_the_walks_risk_runs_record_each_binding_lfd_change_once(walked: Walk) -> None:
+    """The rows :func:`changes_of` leaves out: the alerts desk ran risk after each of its
+    steps (tests/history_walk.py); history holds the container's binding LFD posted, moved a
+    day earlier, and cleared once picked up, each once, at the clock of the risk run that
+    derived it, however many risk runs followed."""
+    got = rows(
+        walked.duckdb_path,
+        "SELECT field, old_value, new_value, observed_at, notification_id FROM "
+        "terminal49.history WHERE entity_id = ? AND how = 'risk' ORDER BY observed_at, field",
+        [CONTAINER],
+    )
+    posted, moved, cleared = (
+        dt.datetime(2030, 1, 8, 12, tzinfo=dt.UTC),
+        dt.datetime(2030, 1, 11, tzinfo=dt.UTC),
+        dt.datetime(2030, 1, 17, tzinfo=dt.UTC),
+    )
+    assert got == [
+        ("binding_basis", None, "terminal", posted, None),
+        ("lfd_binding", None, "2030-01-11", posted, None),
+        ("lfd_binding", "2030-01-11", "2030-01-10", moved, None),
+        ("binding_basis", "terminal", None, cleared, None),
+        ("lfd_binding", "2030-01-10", None, cleared, None),
+    ]
 
 
 def test_shipment_etas_are_tracked(walked: Walk) -> None:
@@ -279,10 +307,12 @@ def test_free_time_used_view(charged: Path) -> None:
 
 
 def test_charge_views_wait_for_a_risk_run(walked: Walk) -> None:
-    """A load alone publishes no charges: the charge views appear with the first risk run."""
-    with duckdb.connect(str(walked.duckdb_path), read_only=True) as con:
-        views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
-    assert "lfd_changes" in views and not {"free_time_used", "charged_days"} & views
+    """A load alone publishes no charges: the charge views appear with the first risk run
+    (the walk's alerts desk runs risk after its first load)."""
+    charge_views = {"free_time_used", "charged_days"}
+    after_load = walked.views_after_load
+    assert "lfd_changes" in after_load and not charge_views & after_load
+    assert charge_views <= views(walked.duckdb_path)
 
 
 def test_eta_reliability_view_of_the_walk(walked: Walk) -> None:
