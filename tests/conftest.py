@@ -572,8 +572,9 @@ def published_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def walked(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The container's life of ``tests/history_walk.py`` (a :class:`history_walk.Walk`), walked
-    once per run (:func:`once_per_run`) for the history, evidence and invoices tests: read
-    it; to write, copy the file."""
+    once per run (:func:`once_per_run`) for the history, evidence, invoices and alerts tests,
+    with risk published and the container's alerts sent after each of its first steps
+    (``Walk.alerts``): read it; to write, copy the file."""
     sys.path.insert(0, str(REPO / "tests"))
     from history_walk import walk
 
