@@ -79,12 +79,7 @@ def start(tmp_path: Path) -> Iterator[Start]:
 
     yield _start
     for proc in procs:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
 
 
 @pytest.fixture(scope="module")
@@ -96,12 +91,16 @@ def rx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rx]:
     try:
         yield Rx(proc, url, inbox)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def health_change(rx: Rx, before: dict[str, int]) -> dict[str, int]:
