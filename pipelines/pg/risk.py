@@ -220,7 +220,7 @@ def _ingested_columns(cur: Any, rows: pa.Table) -> list[tuple[str, str]]:
     a temporary table cost as much again as the COPY)."""
     cur.execute("DROP TABLE IF EXISTS _new_rows")
     cur.adbc_ingest("_new_rows", rows.slice(0, 0), mode="create", temporary=True)
-    columns = _columns_of_temp(cur)
+    columns = _temp_columns(cur, "_new_rows")
     cur.execute("DROP TABLE _new_rows")
     return columns
 
@@ -249,15 +249,6 @@ def _columns(cur: Any, schema: str) -> dict[str, list[tuple[str, str]]]:
     for table, column, typ in cur.fetchall():
         out.setdefault(table, []).append((column, typ))
     return out
-
-
-def _columns_of_temp(cur: Any) -> list[tuple[str, str]]:
-    cur.execute(
-        "SELECT column_name, data_type FROM information_schema.columns "
-        "WHERE table_schema = pg_my_temp_schema()::regnamespace::text "
-        "AND table_name = '_new_rows' ORDER BY ordinal_position"
-    )
-    return [(c, t) for c, t in cur.fetchall()]
 
 
 def record_binding(cur: Any, run_id: str, observed_at: datetime | None = None) -> None:
@@ -438,7 +429,7 @@ def _publish_some(
     for table in new:
         target = published_table(cur) if table == RISK else f"{A}.{table}"
         cur.execute(f"DELETE FROM {target} WHERE container_id IN (SELECT id FROM _changed)")
-        names = ", ".join(quote(c) for c, _ in _temp_columns(cur, f"_new_{table}"))
+        names = ", ".join(quote(c) for c, _ in tables[table])  # the new rows' (checked above)
         cur.execute(f"INSERT INTO {target} ({names}) SELECT {names} FROM _new_{table}")
         cur.execute(f"DROP TABLE _new_{table}")
     create_views(cur, _types(cur, T))
