@@ -35,6 +35,7 @@ from pipelines.warehouse import WarehouseUnusable
 
 #: the statement timeout the reader's sessions get by default
 READER_STATEMENT_TIMEOUT = "30s"
+#: the schemas a reader role reads (the tool server refuses a role that may write them)
 SCHEMAS = (DATASET, ANALYTICS_SCHEMA, SLOTS)
 
 

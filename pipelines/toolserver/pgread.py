@@ -33,10 +33,10 @@ from typing import Any
 import psycopg2
 from psycopg2.extensions import connection as Connection
 
-from pipelines.config import ANALYTICS_SCHEMA, DATASET, Warehouse
+from pipelines.config import Warehouse
 from pipelines.pg.connection import connect, one_line
 from pipelines.pg.cursor import TYPE_NAMES, PgCursor
-from pipelines.pg.slots import SCHEMA as SLOTS
+from pipelines.pg.reader import SCHEMAS
 from pipelines.toolserver.sqlsafe import (
     DEFAULT_MAX_ROWS,
     DEFAULT_TIMEOUT_SECONDS,
@@ -49,10 +49,6 @@ from pipelines.warehouse import WarehouseError, WarehouseUnusable
 APPLICATION = "freetime tool server"
 #: connections kept open between calls
 POOL_SIZE = 8
-#: the schemas the tools read (the slots behind ``analytics.demurrage_risk`` among them); the
-#: reader role must not be able to write them
-SCHEMAS = (DATASET, ANALYTICS_SCHEMA, SLOTS)
-
 #: first words of a statement that returns rows and may run in a cursor of the server
 QUERY_WORDS = ("SELECT", "WITH", "VALUES", "TABLE")
 #: what a statement's text holds that a ``;`` inside does not end: quoted strings and names,
