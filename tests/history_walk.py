@@ -18,8 +18,9 @@ The walk also serves ``tests/test_alerts_walk.py`` (one walk instead of two): ov
 :data:`ALERT_STEPS` steps a desk (:class:`AlertsDesk`) publishes risk after every step and sends
 the alerts of the container to a real SMTP server and a real JSON webhook, with the sender
 killed once (:data:`KILL_AT`); what they received is kept in :attr:`Walk.alerts`. Risk runs
-write only ``analytics`` and the charge views; :attr:`Walk.views_after_load` keeps the views
-of the warehouse after the first load, before any risk run.
+write ``analytics``, the charge views and the binding LFD's history rows (``how = 'risk'``);
+:attr:`Walk.views_after_load` keeps the views of the warehouse after the first load, before
+any risk run.
 """
 
 from __future__ import annotations
@@ -247,11 +248,7 @@ def walk(tmp: Path) -> Walk:
     return out
 
 
-def walk_life(
-    tmp: Path,
-    after_step: Callable[[Walk, dt.datetime], None] | None = None,
-    steps: int = STEPS,
-) -> Walk:
+def walk_life(tmp: Path, after_step: Callable[[Walk, dt.datetime], None]) -> Walk:
     """Full load at the start; then every 12 hours an incremental load (even steps) or the
     webhooks delivered since (odd steps), applied from an inbox. ``after_step(walk, clock)``
     runs after each step (the full load included), the warehouse free."""
@@ -276,10 +273,9 @@ def walk_life(
         out.steps.append((START, "full"))
         out.snapshots.append(snapshot(path, CONTAINER))
         out.views_after_load = views(path)
-        if after_step:
-            after_step(out, START)
+        after_step(out, START)
         with Terminal49Client(api.base_url, api.api_key or "", rate_limit_per_minute=None) as c:
-            for k in range(1, steps + 1):
+            for k in range(1, STEPS + 1):
                 sb.advance(hours=STEP_HOURS)
                 now = START + dt.timedelta(hours=STEP_HOURS * k)
                 clock.now = now
@@ -300,6 +296,5 @@ def walk_life(
                     out.bodies.append((received, bodies))
                     out.steps.append((now, "webhook"))
                 out.snapshots.append(snapshot(path, CONTAINER))
-                if after_step:
-                    after_step(out, now)
+                after_step(out, now)
     return out

@@ -124,6 +124,13 @@ SELECT sum(n), min(first), max(last) FROM (
 """
 
 
+def _publish_into(url: str, when: datetime, errors: list[BaseException]) -> None:
+    try:
+        publish_risk(url, as_of=when)
+    except BaseException as exc:  # the assertion is made in the test's thread
+        errors.append(exc)
+
+
 def test_a_reader_during_an_open_risk_publish_reads_the_published_run_whole(
     pg_loaded: Callable[..., str],
 ) -> None:
@@ -138,14 +145,7 @@ def test_a_reader_during_an_open_risk_publish_reads_the_published_run_whole(
     with holder.cursor() as cur:
         cur.execute("LOCK TABLE terminal49.history IN SHARE MODE")
     errors: list[BaseException] = []
-
-    def publish() -> None:
-        try:
-            publish_risk(pg_database, as_of=later)
-        except BaseException as exc:  # the assertion is made in the test's thread
-            errors.append(exc)
-
-    writer = threading.Thread(target=publish)
+    writer = threading.Thread(target=_publish_into, args=(pg_database, later, errors))
     writer.start()
     try:
         waiting = (
@@ -171,13 +171,6 @@ def test_a_reader_during_an_open_risk_publish_reads_the_published_run_whole(
     assert _execute(pg_database, lookup) == [(later,)]
     previous = "SELECT count(*), min(as_of), max(as_of) FROM analytics.demurrage_risk_previous"
     assert _execute(pg_database, previous) == [(first.rows, AS_OF, AS_OF)]
-
-
-def _publish_into(url: str, when: datetime, errors: list[BaseException]) -> None:
-    try:
-        publish_risk(url, as_of=when)
-    except BaseException as exc:  # the assertion is made in the test's thread
-        errors.append(exc)
 
 
 def test_a_reader_left_in_an_open_transaction_never_stops_a_risk_run(
