@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -571,16 +573,34 @@ def _hold_read_lock(db: Path, seconds: float) -> subprocess.Popen[str]:
     return proc
 
 
+class _OnRecord(logging.Handler):
+    """Calls ``act`` on each record it is given."""
+
+    def __init__(self, act: Callable[[], object]) -> None:
+        super().__init__()
+        self.act = act
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.act()
+
+
 def test_locked_warehouse_is_retried_then_reported(
     sandbox: Any, loaded: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     db = _copy_of(loaded, tmp_path)
     before = _dump(db)
     # A reader that goes away within the retry window: the load waits, says so, then completes.
-    reader = _hold_read_lock(db, 3)
-    with caplog.at_level("WARNING", logger="freetime.warehouse"):
-        summary = run_load(db, _api(sandbox), lock_retry_seconds=30)
-    reader.wait()
+    # The reader leaves once the load says it waits (a fixed hold raced the load's own pace).
+    reader = _hold_read_lock(db, 120)
+    leave = _OnRecord(reader.kill)
+    logging.getLogger("freetime.warehouse").addHandler(leave)
+    try:
+        with caplog.at_level("WARNING", logger="freetime.warehouse"):
+            summary = run_load(db, _api(sandbox), lock_retry_seconds=30)
+    finally:
+        logging.getLogger("freetime.warehouse").removeHandler(leave)
+        reader.kill()
+        reader.wait()
     assert summary.rows["containers"] > 0
     assert [r.getMessage() for r in caplog.records if r.name == "freetime.warehouse"] == [
         f"the warehouse {db} is locked by another process; waiting up to 30s"
