@@ -343,6 +343,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             for m in item.iter_markers("xdist_group")
         }
         group = "_".join(sorted(marks)) if marks else _xdist_group(item)
+        for name in ONE_WORKER_FIXTURES:
+            if group != name and name in getattr(item, "fixturenames", ()):
+                raise pytest.UsageError(
+                    f"{item.nodeid} uses {name} but is in the xdist group {group!r}: its worker "
+                    f"would build a second one; mark it xdist_group({name!r})"
+                )
         if group and not marks:
             item.add_marker(pytest.mark.xdist_group(group))
         loadgroup = getattr(config.option, "loadgroup", False)

@@ -53,8 +53,9 @@ from tests.test_invoices import (
     runner,
 )
 
-# On the worker of tests/test_invoices.py: the walk (a session fixture, minutes) is built once.
-pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("tests/test_invoices.py")]
+# On the worker of the session's Prefect server (one of its tests runs the sync flow): a group
+# of this module's own would start a second server there (tests/conftest.py, _xdist_group).
+pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("prefect_harness")]
 
 AS_OF = datetime(2030, 2, 1, tzinfo=UTC)
 TODAY = "2030-02-01"
