@@ -18,6 +18,7 @@ from freetime_cli.main import app
 from pipelines.analytics import at_risk
 from pipelines.report import charts, load_risk, render_report, write_report
 from pipelines.report import data as rdata
+from pipelines.report.html import vega_bundle
 from pipelines.warehouse import reading
 
 AS_OF = datetime(2026, 11, 20, 12, tzinfo=UTC)
@@ -195,6 +196,46 @@ def test_cli_missing_warehouse(tmp_path: Path) -> None:
     )
     assert r.exit_code == 2 and "no warehouse" in r.stderr
     assert not (tmp_path / "none.duckdb").exists() and not (tmp_path / "r.html").exists()
+
+
+def test_exposure_charts_rank_ties_the_same_whatever_the_row_order(warehouse: Path) -> None:
+    """Carriers or terminals with equal exposure (often none) are ranked by name: the same
+    warehouse gives the same charts and the same top N."""
+    risk = load_risk(warehouse).risk.with_columns(projected_demurrage=pl.lit(0.0))  # all tied
+    for chart in (charts.exposure_by_carrier_chart, charts.exposure_by_terminal_chart):
+        orders = {
+            tuple(
+                chart(risk.sample(fraction=1.0, shuffle=True, seed=seed)).to_dict()["encoding"][
+                    "y"
+                ]["sort"]
+            )
+            for seed in range(4)
+        }
+        assert len(orders) == 1, orders
+
+
+@pytest.mark.fast
+def test_the_vega_bundle_is_kept_for_the_next_process_and_a_bad_copy_is_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    vega_bundle.cache_clear()  # as a new process would start
+    try:
+        built = vega_bundle()
+        kept = list((tmp_path / "cache" / "freetime").iterdir())
+        assert len(kept) == 1 and kept[0].read_text() == built
+        assert "window.vegaEmbed=" in built and "</script" not in built
+
+        kept[0].write_text(built[: len(built) // 2])  # cut short: not used, built again
+        vega_bundle.cache_clear()
+        assert vega_bundle() == built and kept[0].read_text() == built
+
+        (tmp_path / "file").write_text("")  # a cache folder that cannot be made
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+        vega_bundle.cache_clear()
+        assert vega_bundle() == built
+    finally:
+        vega_bundle.cache_clear()
 
 
 # ---- a real browser ---------------------------------------------------------------------------

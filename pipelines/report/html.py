@@ -7,8 +7,10 @@ no web fonts, no external script or style.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
+import importlib.metadata
 import json
 import os
 import tempfile
@@ -26,14 +28,49 @@ MAX_TABLE_ROWS = 1000
 VEGA_LITE_VERSION = "6.4"  # the schema altair 6 writes; vl-convert bundles the same library
 
 
+#: The bundle's last statements: they define what the page calls.
+_BUNDLE_SNIPPET = "window.vegaEmbed = vegaEmbed; window.vega = vega; window.vegaLite = vegaLite;"
+#: What the end of a whole bundle holds (the snippet as the bundler minifies it).
+_BUNDLE_END = "window.vegaEmbed="
+
+
+def bundle_cache_dir() -> Path:
+    """Where :func:`vega_bundle` keeps its file: ``$XDG_CACHE_HOME/freetime``, else
+    ``~/.cache/freetime``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "freetime"
+
+
 @functools.lru_cache(maxsize=1)
 def vega_bundle() -> str:
-    """vega + vega-lite + vega-embed as one script that defines ``window.vegaEmbed``."""
+    """vega + vega-lite + vega-embed as one script that defines ``window.vegaEmbed``.
+
+    vl-convert builds it in over a second of CPU, and every report would pay that (each
+    scheduled sync runs in a new process): it is kept in :func:`bundle_cache_dir`, one file per
+    vl-convert and Vega-Lite version, written whole or not at all. A cache that cannot be read
+    or written only costs the build."""
     import vl_convert as vlc
 
-    snippet = "window.vegaEmbed = vegaEmbed; window.vega = vega; window.vegaLite = vegaLite;"
-    js: str = vlc.javascript_bundle(snippet, vl_version=VEGA_LITE_VERSION)
-    return js.replace("</script", "<\\/script")  # never close the inline <script> early
+    version = importlib.metadata.version("vl-convert-python")
+    cached = bundle_cache_dir() / f"vega-{version}-vl{VEGA_LITE_VERSION}.js"
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        js = cached.read_text(encoding="utf-8")
+        if _BUNDLE_END in js[-4096:]:  # else not a bundle of ours: built again
+            return js
+    built: str = vlc.javascript_bundle(_BUNDLE_SNIPPET, vl_version=VEGA_LITE_VERSION)
+    js = built.replace("</script", "<\\/script")  # never close the inline <script> early
+    with contextlib.suppress(OSError):
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(
+            "w", encoding="utf-8", dir=cached.parent, suffix=".partial", delete=False
+        ) as part:
+            try:
+                part.write(js)
+            except OSError:
+                os.unlink(part.name)
+                raise
+        os.replace(part.name, cached)
+    return js
 
 
 def _json_for_script(value: Any) -> str:
