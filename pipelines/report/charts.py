@@ -72,7 +72,10 @@ def risk_levels_chart(risk: pl.DataFrame) -> alt.Chart:
 def _exposure_chart(
     df: pl.DataFrame, label: str, label_title: str, title: str, currency: str
 ) -> alt.Chart:
-    df = df.sort("projected_demurrage", descending=True, nulls_last=True).head(TOP_N)
+    # the label breaks ties: the same warehouse gives the same page (and the same top N)
+    df = df.sort(["projected_demurrage", label], descending=[True, False], nulls_last=True).head(
+        TOP_N
+    )
     order = df[label].to_list()
     money = f"Demurrage ({currency})"
     base = alt.Chart(_values(df), width=WIDTH, height=max(120, 22 * max(df.height, 1)))
