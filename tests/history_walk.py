@@ -5,9 +5,9 @@ The sandbox (seed 43, 120 containers, clock 2030-01-07 12:00 UTC) plans containe
 (:data:`CONTAINER`) as: vessel arrival at +1h20, discharge at +7h36, available at +14h12 under a
 blocking hold (on since before arrival, cleared at +170h06), terminal LFD posted at +16h32 and
 moved one day earlier at +78h03, pickup appointment at +222h10 (shown from +174h10), full out at
-+224h05, empty return at +456h11. Its clock starts in 2030 so that every webhook's
-``created_at`` lies after the machine's clock (a webhook row is then stamped when received,
-and real order decides between a webhook and a load, as in production).
++224h05, dropped (seen at +240h), empty return at +456h11. Its clock starts in 2030 so that
+every webhook's ``created_at`` lies after the machine's clock (a webhook row is then stamped
+when received, and real order decides between a webhook and a load, as in production).
 
 The book is served without ``import_deadlines.pod`` (the walk follows the terminal's LFD; the
 POD deadline has tests of its own). :class:`ApiClock` (the client's injectable transport, a seam
@@ -57,8 +57,13 @@ SEED, CONTAINERS = 43, 120
 START = dt.datetime(2030, 1, 7, 12, tzinfo=dt.UTC)
 CONTAINER = "4d5f4933-b3d3-4ef6-b931-52ca62197389"
 STEP_HOURS = 12
-STEPS = 40  # to +480h: past the empty return
 ALERT_STEPS = 20  # to +240h: past the pickup at +224h
+#: The clock of each step after the full load, in hours after :data:`START`: every
+#: :data:`STEP_HOURS` over the alert steps; then, nothing of the container changing between its
+#: drop (seen at +240h) and its empty return at +456h11, one stride to a webhook apply past the
+#: empty return and a last load, so that the steps still alternate and end past it (two writes
+#: where twelve-hour steps took twenty).
+HOURS = [STEP_HOURS * k for k in range(1, ALERT_STEPS + 1)] + [468, 480]
 #: The step at which the alert sender is killed: the first alert of the LFD's move is received
 #: by the webhook, and the sender dies before it learns that it was accepted.
 KILL_AT = dt.datetime(2030, 1, 11, 0, tzinfo=dt.UTC)
@@ -249,9 +254,10 @@ def walk(tmp: Path) -> Walk:
 
 
 def walk_life(tmp: Path, after_step: Callable[[Walk, dt.datetime], None]) -> Walk:
-    """Full load at the start; then every 12 hours an incremental load (even steps) or the
-    webhooks delivered since (odd steps), applied from an inbox. ``after_step(walk, clock)``
-    runs after each step (the full load included), the warehouse free."""
+    """Full load at the start; then at each clock of :data:`HOURS` an incremental load (even
+    steps) or the webhooks the sandbox delivered since the previous step (odd steps), applied
+    from an inbox. ``after_step(walk, clock)`` runs after each step (the full load included), the
+    warehouse free."""
     path = tmp / "walk.duckdb"
     inbox_path = tmp / "inbox.sqlite"
     out = Walk(path)
@@ -275,13 +281,17 @@ def walk_life(tmp: Path, after_step: Callable[[Walk, dt.datetime], None]) -> Wal
         out.views_after_load = views(path)
         after_step(out, START)
         with Terminal49Client(api.base_url, api.api_key or "", rate_limit_per_minute=None) as c:
-            for k in range(1, STEPS + 1):
-                sb.advance(hours=STEP_HOURS)
-                now = START + dt.timedelta(hours=STEP_HOURS * k)
-                clock.now = now
-                sb.deliver_pending(timeout=60)
-                bodies = [r.body for r in rx.requests]
-                rx.requests.clear()
+            for k, hours in enumerate(HOURS, start=1):
+                now = START + dt.timedelta(hours=hours)
+                bodies: list[bytes] = []
+                # the sandbox moves STEP_HOURS at a time whatever the stride: its account (the
+                # shipments it creates on each advance) evolves as under 12-hour steps
+                while clock.now < now:
+                    sb.advance(hours=STEP_HOURS)
+                    clock.now += dt.timedelta(hours=STEP_HOURS)
+                    sb.deliver_pending(timeout=60)
+                    bodies += [r.body for r in rx.requests]
+                    rx.requests.clear()
                 if k % 2 == 0:
                     run_load(path, api, transport=clock)
                     out.steps.append((now, "incremental"))
