@@ -60,10 +60,13 @@ def first_run(
     return folder, _freetime(folder, "run", "--as-of", AS_OF, "--limit", "0")
 
 
-def _second_run_home(first: Path, tmp_path: Path) -> None:
+def _second_run_home(
+    first_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     """Give ``tmp_path`` a copy of the Prefect home the first run left (its server is gone:
-    the SQLite file is at rest), so a run there is a user's next run, not a first one."""
-    assert (first / ".prefect").is_dir()
+    the SQLite files are at rest), so a run there is a user's next run, not a first one."""
+    first, result = first_run
+    assert result.returncode == 0, f"the first run failed:\n{result.stderr[-3000:]}"
     shutil.copytree(first / ".prefect", tmp_path / ".prefect")
 
 
@@ -138,7 +141,7 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_goes_through(
     the same folder (same Prefect database, same warehouse) is not blocked by the one
     interrupted while it was loading. The interrupted run is a user's second: over the Prefect
     home of a completed first run, with no warehouse yet."""
-    _second_run_home(first_run[0], tmp_path)
+    _second_run_home(first_run, tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "freetime_cli.main", "run", "--as-of", AS_OF],
         cwd=tmp_path,
@@ -214,7 +217,7 @@ def test_freetime_run_failing_in_its_first_task(
     """A flow that fails in its first task (the warehouse holds another account) ends with the
     message, and Prefect's queued logs are sent before the temporary server stops (no "Error
     logging to API"). A file that is not DuckDB is refused before anything starts."""
-    _second_run_home(first_run[0], tmp_path)
+    _second_run_home(first_run, tmp_path)
     other = tmp_path / "other.duckdb"
     with duckdb.connect(str(other)) as con:
         con.execute("CREATE SCHEMA terminal49")
