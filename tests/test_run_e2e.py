@@ -1,9 +1,16 @@
-"""`freetime run` as a new user runs it: an empty folder, no API key, no Prefect set up."""
+"""`freetime run` as a new user runs it: an empty folder, no API key, no Prefect set up.
+
+The first run (:func:`first_run`) is done once for the module, in an empty folder over a new
+Prefect home. The other runs start from a copy of the Prefect home it left, as a user's later
+runs do: Prefect's temporary server then starts over a migrated database instead of migrating
+a new one each time (some 7 CPU-seconds a run).
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +19,7 @@ import time
 from pathlib import Path
 
 import duckdb
+import pytest
 
 AS_OF = "2026-11-20T12:00:00Z"
 
@@ -42,8 +50,30 @@ def _freetime(
     )
 
 
-def test_freetime_run_in_an_empty_folder_without_a_key(tmp_path: Path) -> None:
-    result = _freetime(tmp_path, "run", "--as-of", AS_OF, "--limit", "0")
+@pytest.fixture(scope="module")
+def first_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A new user's first `freetime run`: an empty folder, no key, a new Prefect home. Returns
+    the folder (read it; copy its ``.prefect`` to run again) and the finished command."""
+    folder = tmp_path_factory.mktemp("first-run")
+    return folder, _freetime(folder, "run", "--as-of", AS_OF, "--limit", "0")
+
+
+def _second_run_home(
+    first_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """Give ``tmp_path`` a copy of the Prefect home the first run left (its server is gone:
+    the SQLite files are at rest), so a run there is a user's next run, not a first one."""
+    first, result = first_run
+    assert result.returncode == 0, f"the first run failed:\n{result.stderr[-3000:]}"
+    shutil.copytree(first / ".prefect", tmp_path / ".prefect")
+
+
+def test_freetime_run_in_an_empty_folder_without_a_key(
+    first_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    tmp_path, result = first_run
     assert result.returncode == 0, result.stderr[-3000:]
     err_lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert any("embedded sandbox" in line for line in err_lines), result.stderr
@@ -103,11 +133,15 @@ def test_freetime_run_in_an_empty_folder_without_a_key(tmp_path: Path) -> None:
     assert f"\n{n_at_risk[0]} shown; projected demurrage " in out  # --limit 0: every one
 
 
-def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_goes_through(tmp_path: Path) -> None:
+def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_goes_through(
+    first_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     """Ctrl+C in a terminal reaches the whole process group (the command, Prefect's temporary
     server, the embedded sandbox): one line, exit 130, nothing left running; the next run in
     the same folder (same Prefect database, same warehouse) is not blocked by the one
-    interrupted while it was loading."""
+    interrupted while it was loading. The interrupted run is a user's second: over the Prefect
+    home of a completed first run, with no warehouse yet."""
+    _second_run_home(first_run, tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "freetime_cli.main", "run", "--as-of", AS_OF],
         cwd=tmp_path,
@@ -177,10 +211,13 @@ def test_freetime_run_bad_input_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "data").exists()  # refused before anything started
 
 
-def test_freetime_run_failing_in_its_first_task(tmp_path: Path) -> None:
+def test_freetime_run_failing_in_its_first_task(
+    first_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     """A flow that fails in its first task (the warehouse holds another account) ends with the
     message, and Prefect's queued logs are sent before the temporary server stops (no "Error
     logging to API"). A file that is not DuckDB is refused before anything starts."""
+    _second_run_home(first_run, tmp_path)
     other = tmp_path / "other.duckdb"
     with duckdb.connect(str(other)) as con:
         con.execute("CREATE SCHEMA terminal49")
