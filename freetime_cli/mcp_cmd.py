@@ -45,11 +45,8 @@ def serve(
 
     On a PostgreSQL warehouse the server reads the live database in read-only transactions,
     as a role that can only read (see `freetime warehouse grant-reader`)."""
-    import uvicorn
-
     from pipelines.config import ConfigError
     from pipelines.toolserver.auth import AuthConfigError, AuthMiddleware, AuthSettings, check_bind
-    from pipelines.toolserver.server import build_server
 
     if not 0 < port < 65536:
         fail(f"--port must be between 1 and 65535, got {port}")
@@ -61,6 +58,12 @@ def serve(
     except (ConfigError, AuthConfigError) as exc:
         fail(str(exc))
     path = _reader_target(given)
+    # the MCP SDK and uvicorn (most of a start's CPU) only once the settings are known good:
+    # a refused start answers at once
+    import uvicorn
+
+    from pipelines.toolserver.server import build_server
+
     mcp, reader = build_server(path)
     app_ = AuthMiddleware(
         mcp.streamable_http_app(host=host, stateless_http=True, json_response=True), auth
@@ -86,9 +89,9 @@ def serve(
 @app.command("stdio")
 def stdio(duckdb: DuckDbOption = None, warehouse: WarehouseOption = None) -> None:
     """Serve over stdin/stdout, for clients that start the server as a process."""
-    from pipelines.toolserver.server import build_server
-
     path = _reader_target(chosen_warehouse(duckdb, warehouse))
+    from pipelines.toolserver.server import build_server  # the MCP SDK: after the checks
+
     mcp, reader = build_server(path)
     try:
         mcp.run("stdio")
@@ -101,14 +104,16 @@ def _reader_target(given: str | Path | None) -> Path | Warehouse:
     PostgreSQL warehouse, whose reader is checked here (exit 2 in one line when its server
     does not answer or its role can write)."""
     from pipelines.config import ConfigError, resolve_warehouse
-    from pipelines.toolserver.server import open_reader
     from pipelines.warehouse import WarehouseError
 
     try:
         target = resolve_warehouse(given)
         if target.path is not None:
             return target.path
-        open_reader(target).close()
+        # the reader alone, not the MCP server's module: a refused role exits at once
+        from pipelines.toolserver.pgread import PgReader
+
+        PgReader(target).close()
     except (ConfigError, WarehouseError) as exc:
         fail(str(exc))
     return target
