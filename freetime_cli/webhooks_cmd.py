@@ -91,10 +91,6 @@ def serve(
 
     Bodies over 10 MiB are refused (413), slow ones cut (408): see docs/webhooks.md.
     """
-    import uvicorn
-
-    from pipelines.webhooks.inbox import Inbox, InboxUnusable, default_inbox_path
-    from pipelines.webhooks.receiver import PATH, ReceiverLimits, create_app, uvicorn_config
     from pipelines.webhooks.signing import check_secret
 
     quiet_logging()
@@ -103,6 +99,12 @@ def serve(
         key = check_secret(secret)
     except ValueError as exc:
         fail(str(exc))
+    # uvicorn and starlette once the secret is known good: a refused start answers at once
+    import uvicorn
+
+    from pipelines.webhooks.inbox import Inbox, InboxUnusable, default_inbox_path
+    from pipelines.webhooks.receiver import PATH, ReceiverLimits, create_app, uvicorn_config
+
     limits = ReceiverLimits(
         head_timeout_s=request_timeout,
         body_timeout_s=request_timeout,
