@@ -187,9 +187,10 @@ def pytest_configure(config: pytest.Config) -> None:
             _READS.exempt(os.environ["PYTHONPYCACHEPREFIX"])
 
 
-#: xdist workers for ``-n auto`` (pyproject's addopts): most slow tests wait on a sandbox's
-#: pace, a subprocess or a server starting, so twice the cores of a 2-core machine still gains.
-WORKERS = 4
+#: xdist workers for ``-n auto`` (pyproject's addopts): many slow tests wait on a sandbox's
+#: pace, a subprocess or a server starting, so more workers than cores keep the cores busy
+#: (on 2 cores, 5 did a little better than 4 or 6: benchmarks/README.md).
+WORKERS = 5
 
 
 @pytest.hookimpl(optionalhook=True)
