@@ -4,7 +4,8 @@ With no API key configured it loads from the embedded sandbox (a synthetic accou
 user sees the whole thing work before having a key. Prefect runs in ephemeral mode (its own
 temporary server over the database in ``PREFECT_HOME``) unless ``PREFECT_API_URL`` points at a
 server; its console output is cut to warnings and errors (the run's INFO logs still reach the
-Prefect API and its UI). Ctrl+C stops it with one line and exit code 130.
+Prefect API and its UI). Ctrl+C stops it with one line and exit code 130; SIGTERM (``kill``,
+a scheduler's timeout) likewise with 143, Prefect's temporary server stopped with it.
 """
 
 from __future__ import annotations
@@ -73,11 +74,16 @@ PREFECT_ENV = {
 }
 
 
-# Set by Ctrl+C: the interrupt may surface inside Prefect's engine as another failure.
+# Set by Ctrl+C or SIGTERM: the interrupt may surface inside Prefect's engine as another failure.
 _INTERRUPTED = threading.Event()
+#: The signal that stopped the run (SIGINT or SIGTERM), for its line and exit code.
+_STOPPED_BY: list[signal.Signals] = []
 
 
-def _on_sigint(signum: int, frame: object) -> None:
+def _on_stop_signal(signum: int, frame: object) -> None:
+    # SIGTERM's default action ends the process at once: no exit handlers, so Prefect's
+    # temporary server would be left running. Both signals unwind the run the same way.
+    _STOPPED_BY.append(signal.Signals(signum))
     _INTERRUPTED.set()
     raise KeyboardInterrupt
 
@@ -152,17 +158,19 @@ def run(
         view = TableView(parse_limit(limit), Filters.parse(port, terminal, carrier), wide)
     except ValueError as exc:
         fail(str(exc))
-    signal.signal(signal.SIGINT, _on_sigint)
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, _on_stop_signal)
     try:
         target = warehouse_given(duckdb, warehouse)
         _run(target, as_of, view)
     except KeyboardInterrupt:
+        stopped = _STOPPED_BY[0] if _STOPPED_BY else signal.SIGINT
         print_error(
-            "interrupted: the warehouse holds what the last completed step wrote; "
-            "the next run starts clean"
+            f"{'terminated' if stopped == signal.SIGTERM else 'interrupted'}: the warehouse "
+            "holds what the last completed step wrote; the next run starts clean"
         )
         _silence_teardown()
-        raise typer.Exit(130) from None
+        raise typer.Exit(128 + stopped) from None
 
 
 def _silence_teardown() -> None:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -133,15 +134,10 @@ def test_freetime_run_in_an_empty_folder_without_a_key(
     assert f"\n{n_at_risk[0]} shown; projected demurrage " in out  # --limit 0: every one
 
 
-def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_goes_through(
-    first_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
-) -> None:
-    """Ctrl+C in a terminal reaches the whole process group (the command, Prefect's temporary
-    server, the embedded sandbox): one line, exit 130, nothing left running; the next run in
-    the same folder (same Prefect database, same warehouse) is not blocked by the one
-    interrupted while it was loading. The interrupted run is a user's second: over the Prefect
-    home of a completed first run, with no warehouse yet."""
-    _second_run_home(first_run, tmp_path)
+def _stopped_while_loading(tmp_path: Path, stop: Callable[[int], None]) -> tuple[int, str]:
+    """Start `freetime run` in ``tmp_path`` in its own process group (as under a terminal),
+    call ``stop(pid)`` once the load reports its first page, and wait for the command: its exit
+    code and stderr. Fails unless every process of the group is gone within 30 s."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "freetime_cli.main", "run", "--as-of", AS_OF],
         cwd=tmp_path,
@@ -149,9 +145,9 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_goes_through(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,  # its own process group, as under a terminal
+        start_new_session=True,
     )
-    # The interrupt lands where the run waits for it: once the load reports its first page.
+    # The stop lands where the run waits for it: once the load reports its first page.
     # stderr is read on a thread so the run never blocks on a full pipe.
     lines: list[str] = []
     loading = threading.Event()
@@ -168,27 +164,56 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_goes_through(
     try:
         loading.wait(timeout=240)
         assert loading.is_set() and proc.poll() is None, "".join(lines)[-3000:]
-        os.killpg(proc.pid, signal.SIGINT)
+        stop(proc.pid)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         reader.join(timeout=10)
-    stderr = "".join(lines)
-    assert proc.returncode == 130, stderr[-3000:]
-    assert "error: interrupted:" in stderr, stderr[-3000:]
-    # the one line is the last thing said: no traceback, no teardown noise after it
-    assert stderr.rstrip().splitlines()[-1].startswith("error: interrupted:"), stderr[-3000:]
-    assert "Traceback" not in stderr and "nanobind" not in stderr, stderr[-3000:]
     deadline = time.monotonic() + 30
     while _group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _group_alive(proc.pid), "a process of the interrupted run is still running"
+    alive = _group_alive(proc.pid)
+    if alive:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert not alive, "a process of the stopped run is still running"
+    return proc.returncode, "".join(lines)
+
+
+def _assert_one_line(stderr: str, line: str) -> None:
+    """``line`` is the last thing said: no traceback, no teardown noise after it."""
+    assert stderr.rstrip().splitlines()[-1].startswith(line), stderr[-3000:]
+    assert "Traceback" not in stderr and "nanobind" not in stderr, stderr[-3000:]
+
+
+def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_goes_through(
+    first_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """Ctrl+C in a terminal reaches the whole process group (the command, Prefect's temporary
+    server, the embedded sandbox): one line, exit 130, nothing left running; the next run in
+    the same folder (same Prefect database, same warehouse) is not blocked by the one
+    interrupted while it was loading. The interrupted run is a user's second: over the Prefect
+    home of a completed first run, with no warehouse yet."""
+    _second_run_home(first_run, tmp_path)
+    code, stderr = _stopped_while_loading(tmp_path, lambda pid: os.killpg(pid, signal.SIGINT))
+    assert code == 130, stderr[-3000:]
+    _assert_one_line(stderr, "error: interrupted:")
 
     result = _freetime(tmp_path, "run", "--as-of", AS_OF, "--limit", "1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "At-risk containers" in result.stdout
+
+
+def test_sigterm_stops_the_run_and_its_temporary_server(
+    first_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """SIGTERM to the command alone (`kill`, a scheduler's timeout) ends it as Ctrl+C does,
+    exit 143: Prefect's temporary server and the embedded sandbox stop with it, not orphaned."""
+    _second_run_home(first_run, tmp_path)
+    code, stderr = _stopped_while_loading(tmp_path, lambda pid: os.kill(pid, signal.SIGTERM))
+    assert code == 143, stderr[-3000:]
+    _assert_one_line(stderr, "error: terminated:")
 
 
 def _group_alive(pgid: int) -> bool:
