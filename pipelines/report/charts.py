@@ -73,9 +73,8 @@ def _exposure_chart(
     df: pl.DataFrame, label: str, label_title: str, title: str, currency: str
 ) -> alt.Chart:
     # the label breaks ties: the same warehouse gives the same page (and the same top N)
-    df = df.sort(["projected_demurrage", label], descending=[True, False], nulls_last=True).head(
-        TOP_N
-    )
+    ranked = df.sort(["projected_demurrage", label], descending=[True, False], nulls_last=True)
+    df = ranked.head(TOP_N)
     order = df[label].to_list()
     money = f"Demurrage ({currency})"
     base = alt.Chart(_values(df), width=WIDTH, height=max(120, 22 * max(df.height, 1)))

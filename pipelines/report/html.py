@@ -49,27 +49,24 @@ def vega_bundle() -> str:
     scheduled sync runs in a new process): it is kept in :func:`bundle_cache_dir`, one file per
     vl-convert and Vega-Lite version, written whole or not at all. A cache that cannot be read
     or written only costs the build."""
-    import vl_convert as vlc
-
     version = importlib.metadata.version("vl-convert-python")
     cached = bundle_cache_dir() / f"vega-{version}-vl{VEGA_LITE_VERSION}.js"
     with contextlib.suppress(OSError, UnicodeDecodeError):
         js = cached.read_text(encoding="utf-8")
         if _BUNDLE_END in js[-4096:]:  # else not a bundle of ours: built again
             return js
+    import vl_convert as vlc
+
     built: str = vlc.javascript_bundle(_BUNDLE_SNIPPET, vl_version=VEGA_LITE_VERSION)
     js = built.replace("</script", "<\\/script")  # never close the inline <script> early
     with contextlib.suppress(OSError):
         cached.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(
-            "w", encoding="utf-8", dir=cached.parent, suffix=".partial", delete=False
-        ) as part:
-            try:
-                part.write(js)
-            except OSError:
-                os.unlink(part.name)
-                raise
-        os.replace(part.name, cached)
+        part = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
+        try:
+            part.write_text(js, encoding="utf-8")
+            os.replace(part, cached)
+        finally:
+            part.unlink(missing_ok=True)
     return js
 
 
