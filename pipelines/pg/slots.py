@@ -95,12 +95,10 @@ def published_table(cur: Any) -> str:
 
 def _slot_columns(cur: Any) -> list[tuple[str, str]]:
     """The columns of the slots but ``slot``, in order."""
-    cur.execute(
-        "SELECT column_name, data_type FROM information_schema.columns "
-        f"WHERE table_schema = '{SCHEMA}' AND table_name = 'slots' AND column_name <> 'slot' "
-        "ORDER BY ordinal_position"
-    )
-    return [(c, t) for c, t in cur.fetchall()]
+    # here: the views module imports polars, which the readers of SCHEMA never need
+    from pipelines.pg.views import columns_of
+
+    return [(c, t) for c, t in columns_of(cur, SCHEMA, "slots").items() if c != "slot"]
 
 
 def _in_slot(rows: pa.Table, slot: str) -> pa.RecordBatchReader:
