@@ -58,6 +58,8 @@ START = dt.datetime(2030, 1, 7, 12, tzinfo=dt.UTC)
 CONTAINER = "4d5f4933-b3d3-4ef6-b931-52ca62197389"
 STEP_HOURS = 12
 ALERT_STEPS = 20  # to +240h: past the pickup at +224h
+#: the clock of the last alert step
+ALERT_END = START + dt.timedelta(hours=STEP_HOURS * ALERT_STEPS)
 #: The clock of each step after the full load, in hours after :data:`START`: every
 #: :data:`STEP_HOURS` over the alert steps; then, nothing of the container changing between its
 #: drop (seen at +240h) and its empty return at +456h11, one stride to a webhook apply past the
@@ -105,8 +107,8 @@ class Walk:
 @dataclass
 class AlertsRun:
     """What :class:`AlertsDesk` did: each step's failures (none expected), the sender's kill,
-    what the JSON webhook and the SMTP server received, and copies of the warehouse, the
-    sender's state and its configuration as they were after the last alert step."""
+    what the JSON webhook and the SMTP server received, and copies of the warehouse and the
+    sender's state as they were after the last alert step."""
 
     number: str = ""
     errors: list[str] = field(default_factory=list)
@@ -118,7 +120,6 @@ class AlertsRun:
     mail_parts: list[list[str]] = field(default_factory=list)
     duckdb_path: Path | None = None
     state_path: Path | None = None
-    config_path: Path | None = None
 
     def bodies(self, prefix: str = "") -> list[Any]:
         return [r.body for r in self.received if r.path.startswith(prefix)]
@@ -154,7 +155,7 @@ class AlertsDesk:
         self.sender: subprocess.Popen[bytes] | None = None
 
     def __call__(self, w: Walk, now: dt.datetime) -> None:
-        if self.run.errors or now > START + dt.timedelta(hours=STEP_HOURS * ALERT_STEPS):
+        if self.run.errors or now > ALERT_END:
             return
         try:
             self.step(w, now)
@@ -181,7 +182,7 @@ class AlertsDesk:
             settings = load_settings(self.config, env={})
             summary = send_pending(w.duckdb_path, settings, state_path=self.state)
             self.run.errors += [f"{now}: {r.line()}" for r in summary.failed]
-        if now == START + dt.timedelta(hours=STEP_HOURS * ALERT_STEPS):
+        if now == ALERT_END:
             self.keep(w.duckdb_path)
 
     def kill_on_first(self, rec: Received) -> None:
@@ -194,10 +195,8 @@ class AlertsDesk:
         kept.mkdir()
         for name, source in (("walk.duckdb", duckdb_path), ("alerts.sqlite", self.state)):
             shutil.copyfile(source, kept / name)
-        shutil.copyfile(self.config, kept / "alerts.toml")
         self.run.duckdb_path = kept / "walk.duckdb"
         self.run.state_path = kept / "alerts.sqlite"
-        self.run.config_path = kept / "alerts.toml"
 
     def close(self) -> AlertsRun:
         self.smtp.controller.stop()

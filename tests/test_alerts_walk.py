@@ -16,7 +16,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from alerts_servers import start_hooks, start_smtp  # noqa: E402
-from history_walk import ALERT_STEPS, START, STEP_HOURS, Walk, desk_config  # noqa: E402
+from history_walk import ALERT_END, Walk, desk_config  # noqa: E402
 
 from pipelines.alerts import load_settings, send_pending  # noqa: E402
 from pipelines.analytics import publish_risk  # noqa: E402
@@ -69,9 +69,8 @@ def test_a_box_life_raises_each_alert_once_in_order_across_a_sigkill(
     try:
         config = tmp_path / "alerts.toml"
         config.write_text(desk_config(smtp, hooks, run.number))
-        final = START + dt.timedelta(hours=STEP_HOURS * ALERT_STEPS)
-        publish_risk(db, as_of=final)
-        publish_risk(db, as_of=final)
+        publish_risk(db, as_of=ALERT_END)
+        publish_risk(db, as_of=ALERT_END)
         summary = send_pending(db, load_settings(config, env={}), state_path=state)
         assert summary.sent == 0 and not summary.failed
         assert hooks.received == [] and smtp.messages == []
