@@ -176,6 +176,13 @@ def share_bytecode() -> Path | None:
     return folder
 
 
+def bytecode_env() -> dict[str, str]:
+    """The variables a subprocess given a bare environment needs to use the compiled modules
+    :func:`share_bytecode` keeps (else it compiles every module it imports again)."""
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX")
+    return {"PYTHONPYCACHEPREFIX": prefix} if prefix else {"PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _READS
     share_bytecode()

@@ -4,7 +4,6 @@ whose keys are served on loopback."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import LoopbackServer
+from tests.conftest import LoopbackServer, bytecode_env
 from tests.mcp_helpers import mcp_server, raw_initialize
 
 pytestmark = pytest.mark.sandbox
@@ -60,11 +59,6 @@ def test_api_key_mode(warehouse: Path) -> None:
         assert "get_container" in _tools(base + "/mcp", f"Token {KEY}")
 
 
-def _pycache() -> dict[str, str]:
-    prefix = os.environ.get("PYTHONPYCACHEPREFIX")
-    return {"PYTHONPYCACHEPREFIX": prefix} if prefix else {"PYTHONDONTWRITEBYTECODE": "1"}
-
-
 def test_no_key_refuses_a_public_address(warehouse: Path) -> None:
     import subprocess
     import sys
@@ -86,9 +80,7 @@ def test_no_key_refuses_a_public_address(warehouse: Path) -> None:
         cwd=REPO,
         capture_output=True,
         text=True,
-        # a bare environment, but the compiled modules the run shares (tests/conftest.py
-        # share_bytecode): without it this process compiles every module it imports again
-        env={"PATH": "/usr/bin:/bin", **_pycache()},
+        env={"PATH": "/usr/bin:/bin", **bytecode_env()},  # a bare environment
         timeout=60,
     )
     assert r.returncode == 2 and "refusing to listen on 0.0.0.0" in r.stderr
