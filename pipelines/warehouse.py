@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -40,9 +41,15 @@ class WarehouseUnusable(WarehouseError):
     place that cannot be written. Retrying does not help."""
 
 
-def _is_lock_error(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return "lock" in text or "conflicting" in text or "being used by another" in text
+#: DuckDB's own words for a file another process holds (the last one is Windows').
+_LOCK_PHRASES = ("could not set lock", "conflicting lock", "being used by another process")
+
+
+def is_lock_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says another process holds the DuckDB file. Quoted paths are left out
+    of the match: DuckDB quotes the file's path, and a path may hold any word ("blocker")."""
+    text = re.sub(r'"[^"]*"', '""', str(exc)).lower()
+    return any(phrase in text for phrase in _LOCK_PHRASES)
 
 
 def connect(
@@ -75,7 +82,7 @@ def connect(
         try:
             return duckdb.connect(str(path), read_only=read_only, config=dict(config or {}))
         except duckdb.IOException as exc:
-            if not _is_lock_error(exc):
+            if not is_lock_error(exc):
                 reason = str(exc).removeprefix("IO Error: ")
                 raise WarehouseUnusable(
                     f"cannot open the warehouse {path}: {reason} (--duckdb and FREETIME_DUCKDB "

@@ -33,7 +33,6 @@ from dlt.pipeline.exceptions import PipelineStepFailed
 from pipelines.publish.errors import (
     LoadFailed,
     describe,
-    is_lock_error,
     locked_message,
     raise_if_interrupted,
     root_cause,
@@ -57,7 +56,7 @@ from pipelines.publish.transaction import (
     pending_loads,
     publish,
 )
-from pipelines.warehouse import WarehouseLocked, writing
+from pipelines.warehouse import WarehouseLocked, is_lock_error, writing
 
 __all__ = [
     "LISTED",

@@ -64,7 +64,14 @@ def test_cli_bad_input_exit_2(db: Path, args: list[str], needle: str) -> None:
 def test_cli_missing_warehouse_and_bad_tariffs(tmp_path: Path, db: Path) -> None:
     r = runner.invoke(app, ["--duckdb", str(tmp_path / "none.duckdb")])
     assert r.exit_code == 2 and "no warehouse" in r.stderr
-    for bad, needle in ((tmp_path, "is a folder"), (db.parent / "t.txt", "not a valid DuckDB")):
+    # a path holding the word "lock" is no locked warehouse: refused at once, not waited for
+    blocked = tmp_path / "blocker" / "w.duckdb"
+    blocked.parent.mkdir()
+    for bad, needle in (
+        (tmp_path, "is a folder"),
+        (db.parent / "t.txt", "not a valid DuckDB"),
+        (blocked, "not a valid DuckDB"),
+    ):
         if bad.suffix:
             bad.write_text("not a warehouse\n")
         r = runner.invoke(app, ["--duckdb", str(bad)])

@@ -21,11 +21,6 @@ def locked_message(path: Path, waited: float) -> str:
     )
 
 
-def is_lock_error(exc: BaseException) -> bool:
-    text = str(exc)
-    return "Could not set lock" in text or "Conflicting lock" in text
-
-
 def root_cause(exc: BaseException) -> BaseException:
     """The first API error in ``exc``'s chain, else the innermost exception."""
     seen = set()
