@@ -18,6 +18,7 @@ from freetime_cli.main import app
 from pipelines.analytics import at_risk
 from pipelines.report import charts, load_risk, render_report, write_report
 from pipelines.report import data as rdata
+from pipelines.report import html as report_html
 from pipelines.report.html import vega_bundle
 from pipelines.warehouse import reading
 
@@ -217,19 +218,24 @@ def test_the_vega_bundle_is_kept_for_the_next_process_and_a_bad_copy_is_rebuilt(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     vega_bundle.cache_clear()  # as a new process would start
     try:
-        built = vega_bundle()
+        built = vega_bundle()  # built for real once
         kept = list((tmp_path / "cache" / "freetime").iterdir())
         assert len(kept) == 1 and kept[0].read_text() == built
         assert "window.vegaEmbed=" in built and "</script" not in built
 
+        builds: list[str] = []  # the other cases count their builds instead of building
+        monkeypatch.setattr(report_html, "_build_bundle", lambda: builds.append("built") or built)
+        vega_bundle.cache_clear()
+        assert vega_bundle() == built and builds == []  # a whole copy is read, not rebuilt
+
         kept[0].write_text(built[: len(built) // 2])  # cut short: not used, built again
         vega_bundle.cache_clear()
-        assert vega_bundle() == built and kept[0].read_text() == built
+        assert vega_bundle() == built and kept[0].read_text() == built and len(builds) == 1
 
         (tmp_path / "file").write_text("")  # a cache folder that cannot be made
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
         vega_bundle.cache_clear()
-        assert vega_bundle() == built
+        assert vega_bundle() == built and len(builds) == 2
     finally:
         vega_bundle.cache_clear()
 

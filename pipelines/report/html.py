@@ -55,10 +55,7 @@ def vega_bundle() -> str:
         js = cached.read_text(encoding="utf-8")
         if _BUNDLE_END in js[-4096:]:  # else not a bundle of ours: built again
             return js
-    import vl_convert as vlc
-
-    built: str = vlc.javascript_bundle(_BUNDLE_SNIPPET, vl_version=VEGA_LITE_VERSION)
-    js = built.replace("</script", "<\\/script")  # never close the inline <script> early
+    js = _build_bundle()
     with contextlib.suppress(OSError):
         cached.parent.mkdir(parents=True, exist_ok=True)
         part = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
@@ -68,6 +65,14 @@ def vega_bundle() -> str:
         finally:
             part.unlink(missing_ok=True)
     return js
+
+
+def _build_bundle() -> str:
+    """The bundle as vl-convert builds it, safe to inline in a page."""
+    import vl_convert as vlc
+
+    built: str = vlc.javascript_bundle(_BUNDLE_SNIPPET, vl_version=VEGA_LITE_VERSION)
+    return built.replace("</script", "<\\/script")  # never close the inline <script> early
 
 
 def _json_for_script(value: Any) -> str:
