@@ -29,6 +29,7 @@ fails, naming the file. A plain clone with nothing beside it must collect and pa
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import logging
 import os
@@ -183,13 +184,23 @@ def bytecode_env() -> dict[str, str]:
     return {"PYTHONPYCACHEPREFIX": prefix} if prefix else {"PYTHONDONTWRITEBYTECODE": "1"}
 
 
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    """The one audit hook: passes the guards' events on. Python calls every hook on every
+    audited event, millions in a worker (each ``id()`` call is one), so it is a plain
+    function that returns at once on the others."""
+    if event in OutsideReads.EVENTS:
+        if _READS is not None:
+            _READS.audit(event, args)
+    elif event in ProcessStarts.EVENTS:
+        _STARTS.audit(event, args)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _READS
     share_bytecode()
     if _READS is None:  # audit hooks cannot be removed: one per process
         _READS = OutsideReads(REPO)
-        sys.addaudithook(_READS.audit)
-        sys.addaudithook(_STARTS.audit)
+        sys.addaudithook(_audit)
         if os.environ.get("PYTHONPYCACHEPREFIX"):  # compiled modules, not data (a clone in /tmp)
             _READS.exempt(os.environ["PYTHONPYCACHEPREFIX"])
 
@@ -373,6 +384,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The slow tiers first, in file order (LongestFirst keeps this order among the tests
     # tests/durations.json does not know): the workers then end on short tests.
     items.sort(key=lambda item: item.get_closest_marker("fast") is not None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # What collection imported (dlt, Prefect, polars...) lives until the run ends: frozen, it
+    # is left out of every later full garbage collection instead of being walked each time.
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.hookimpl(wrapper=True)
