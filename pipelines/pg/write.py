@@ -28,6 +28,7 @@ from pipelines.pg.publish import DUCKDB_NAMES, publish
 from pipelines.publish.errors import LoadFailed, describe, raise_if_interrupted, root_cause
 from pipelines.publish.lock import WriterBusy
 from pipelines.publish.staging import (
+    capabilities_once,
     conform_pages,
     drop_loaded_packages,
     incoming_dataset,
@@ -48,7 +49,9 @@ def make_pipeline(warehouse: Warehouse, slot: str) -> dlt.Pipeline:
     dlt.config["normalize.data_writer.disable_compression"] = True
     return dlt.pipeline(
         pipeline_name=f"freetime_{slot}",
-        destination=dlt.destinations.postgres(credentials=dsn_with_password(warehouse)),
+        destination=capabilities_once(
+            dlt.destinations.postgres(credentials=dsn_with_password(warehouse))
+        ),
         dataset_name=incoming_dataset(slot),
         pipelines_dir=str(warehouse.working_folder()),
     )

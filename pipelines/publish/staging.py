@@ -21,6 +21,8 @@ from typing import Any
 
 import dlt
 import pyarrow as pa
+from dlt.common.destination import Destination, DestinationCapabilitiesContext
+from dlt.common.normalizers.naming import NamingConvention
 from dlt.common.storages import LoadStorage
 from dlt.destinations.impl.duckdb.configuration import DuckDbCredentials
 
@@ -99,6 +101,29 @@ def quiet_dlt_and_tag_loads() -> None:
     dlt.config["normalize.parquet_normalizer.add_dlt_load_id"] = True
 
 
+def capabilities_once(destination: Destination[Any, Any]) -> Destination[Any, Any]:
+    """``destination`` (a dlt destination factory of one write), its capabilities worked out
+    once per naming convention. dlt asks a factory for its capabilities about ten times a
+    write, and each time resolves the destination's whole configuration again (a large share
+    of a small write's CPU); they cannot change during the write. A caller's copy is its own:
+    dlt adjusts the object it gets."""
+    work_out = destination.capabilities
+    known: dict[tuple[Any, ...], DestinationCapabilitiesContext] = {}
+
+    def capabilities(
+        config: Any = None, naming: NamingConvention | None = None
+    ) -> DestinationCapabilitiesContext:
+        if config is not None:  # a resolved configuration: nothing to resolve
+            return work_out(config, naming)
+        key = () if naming is None else (type(naming), naming.is_case_sensitive, naming.max_length)
+        if key not in known:
+            known[key] = work_out(None, naming)
+        return known[key].copy()
+
+    destination.capabilities = capabilities  # type: ignore[method-assign]
+    return destination
+
+
 def make_pipeline(duckdb_path: Path, slot: str) -> dlt.Pipeline:
     """The dlt pipeline of staging slot ``slot`` ("load", "webhooks", "documents", "load_2"):
     its own working folder and state beside the warehouse, loading into
@@ -107,7 +132,7 @@ def make_pipeline(duckdb_path: Path, slot: str) -> dlt.Pipeline:
     credentials = DuckDbCredentials(str(duckdb_path), global_config=WRITER_CONFIG)
     return dlt.pipeline(
         pipeline_name=f"freetime_{slot}",
-        destination=dlt.destinations.duckdb(credentials),
+        destination=capabilities_once(dlt.destinations.duckdb(credentials)),
         dataset_name=incoming_dataset(slot),
         pipelines_dir=str(working_folder(duckdb_path)),
     )
