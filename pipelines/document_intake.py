@@ -30,7 +30,7 @@ import httpx
 import orjson
 
 from pipelines.config import DATASET, ApiSettings, ConfigError, Warehouse, resolve_warehouse
-from pipelines.terminal49.client import Terminal49Client, Terminal49Error
+from pipelines.terminal49.client import Terminal49Client, Terminal49Error, tls_context
 
 DIRECT_UPLOADS_PATH = "/rails/active_storage/direct_uploads"
 DOCUMENTS_PATH = "/documents"
@@ -133,7 +133,9 @@ class DocumentsClient:
         )
         timeout = httpx.Timeout(120.0, connect=10.0)
         # storage: absolute URLs, no default headers at all (never the key)
-        self._storage = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False)
+        self._storage = httpx.Client(
+            timeout=timeout, transport=transport, verify=tls_context(), follow_redirects=False
+        )
 
     def __repr__(self) -> str:
         return f"DocumentsClient(base_url={self.base_url!r})"

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
+import functools
 import logging
 import random
 import re
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -210,6 +212,15 @@ def _error_detail(response: httpx.Response) -> str:
         return response.reason_phrase
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS settings httpx builds for a client by default (certifi's authorities, or
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR`` as set when first asked), built once per process and
+    shared by its clients: building them parses the whole bundle of authorities, a cost each
+    short-lived client would otherwise pay again."""
+    return httpx.create_ssl_context()
+
+
 class Terminal49Client:
     """A thread-safe client; ``transport`` is injectable (tests, captured responses)."""
 
@@ -281,6 +292,7 @@ class Terminal49Client:
             timeout=httpx.Timeout(self.read_timeout_s, connect=settings.CONNECT_TIMEOUT_S),
             limits=httpx.Limits(max_connections=self.concurrency + 2),
             transport=transport,
+            verify=tls_context(),
             follow_redirects=False,
         )
 
