@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import duckdb
+
 REPO = Path(__file__).resolve().parents[1]
 NOWHERE = "127.0.0.1:9"
 
@@ -31,6 +33,14 @@ def refusals(tmp: Path) -> list[tuple[str, list[str]]]:
     folder.mkdir()
     missing = str(tmp / "missing.duckdb")
     fresh = str(tmp / "fresh" / "freetime.duckdb")
+    (tmp / "empty.duckdb").touch()  # there, for the checks after the warehouse's
+    there = str(tmp / "empty.duckdb")
+    loaded = str(tmp / "loaded.duckdb")  # a warehouse with (no) containers
+    with duckdb.connect(loaded) as con:
+        con.execute(
+            "CREATE SCHEMA terminal49; "
+            "CREATE TABLE terminal49.containers (id VARCHAR, number VARCHAR)"
+        )
     (tmp / "bad.toml").write_text("alerts = [not toml\n")
     bad_toml = str(tmp / "bad.toml")
     (tmp / "invoice.csv").write_text("invoice_number\n1\n")
@@ -52,7 +62,7 @@ def refusals(tmp: Path) -> list[tuple[str, list[str]]]:
         ),
         ("evidence: no warehouse", ["evidence", "MSCU1234567", "--duckdb", missing]),
         ("evidence: warehouse twice", ["evidence", "MSCU1234567", *twice]),
-        ("evidence: --out a folder", ["evidence", "X", "--duckdb", missing, "--out", str(folder)]),
+        ("evidence: --out a folder", ["evidence", "X", "--duckdb", there, "--out", str(folder)]),
         ("alerts list --status lost", ["alerts", "list", "--status", "lost"]),
         ("alerts list: warehouse twice", ["alerts", "list", *twice]),
         ("alerts list: bad config", ["alerts", "list", "--config", bad_toml]),
@@ -62,11 +72,17 @@ def refusals(tmp: Path) -> list[tuple[str, list[str]]]:
         ("alerts digest --as-of bad", ["alerts", "digest", "--as-of", "soon"]),
         ("alerts digest: unknown dest", ["alerts", "digest", "--destination", "nobody"]),
         ("invoices import: twice", ["invoices", "import", str(tmp / "invoice.csv"), *twice]),
-        ("invoices import: no file", ["invoices", "import", str(tmp / "nope.csv")]),
+        (
+            "invoices import: no file",
+            ["invoices", "import", str(tmp / "nope.csv"), "--duckdb", loaded],
+        ),
         ("invoices import --as-of bad", ["invoices", "import", "x.csv", "--as-of", "soon"]),
         ("invoices audit: twice", ["invoices", "audit", *twice]),
         ("invoices audit --as-of bad", ["invoices", "audit", "--as-of", "soon"]),
-        ("invoices dispute: --out a folder", ["invoices", "dispute", "1", "--out", str(folder)]),
+        (
+            "invoices dispute: --out a folder",
+            ["invoices", "dispute", "1", "--out", str(folder), "--duckdb", there],
+        ),
         ("invoices dispute: twice", ["invoices", "dispute", "1", "--out", "x.html", *twice]),
         ("documents upload: no file", ["documents", "upload", str(tmp / "nope.pdf")]),
         ("documents upload: a folder", ["documents", "upload", str(folder)]),
