@@ -43,6 +43,8 @@ def refusals(tmp: Path) -> list[tuple[str, list[str]]]:
         )
     (tmp / "bad.toml").write_text("alerts = [not toml\n")
     bad_toml = str(tmp / "bad.toml")
+    (tmp / "plain.toml").write_text("[alerts]\nretry_seconds = 60\n")  # names no level
+    plain = str(tmp / "plain.toml")
     (tmp / "invoice.csv").write_text("invoice_number\n1\n")
     (tmp / "doc.pdf").write_bytes(b"%PDF-1.4 a document\n")
     twice = ["--duckdb", missing, "--warehouse", missing]
@@ -68,6 +70,7 @@ def refusals(tmp: Path) -> list[tuple[str, list[str]]]:
         ("alerts list: bad config", ["alerts", "list", "--config", bad_toml]),
         ("alerts send: bad config", ["alerts", "send", "--config", bad_toml]),
         ("alerts send: no destination", ["alerts", "send", "--duckdb", missing]),
+        ("alerts send: none, plain config", ["alerts", "send", "--config", plain]),
         ("alerts test: unknown name", ["alerts", "test", "nobody"]),
         ("alerts digest --as-of bad", ["alerts", "digest", "--as-of", "soon"]),
         ("alerts digest: unknown dest", ["alerts", "digest", "--destination", "nobody"]),
