@@ -92,6 +92,7 @@ def refusals(tmp: Path) -> list[tuple[str, list[str]]]:
         ("documents upload: no key", ["documents", "upload", str(tmp / "doc.pdf")]),
         ("documents sync: warehouse a folder", ["documents", "sync", "--duckdb", str(folder)]),
         ("documents sync: warehouse twice", ["documents", "sync", *twice]),
+        ("documents sync: no key", ["documents", "sync", "--duckdb", fresh]),
         ("risk: no warehouse", ["risk", "--duckdb", missing]),
         ("risk --format xml", ["risk", "--format", "xml", "--duckdb", missing]),
         ("risk --level lost", ["risk", "--level", "lost", "--duckdb", missing]),
