@@ -95,7 +95,7 @@ def refusals(tmp: Path) -> list[tuple[str, list[str]]]:
         ("documents sync: no key", ["documents", "sync", "--duckdb", fresh]),
         ("risk: no warehouse", ["risk", "--duckdb", missing]),
         ("risk --format xml", ["risk", "--format", "xml", "--duckdb", missing]),
-        ("risk --level lost", ["risk", "--level", "lost", "--duckdb", missing]),
+        ("risk --level lost", ["risk", "--level", "lost", "--duckdb", there]),
         ("risk: warehouse twice", ["risk", *twice]),
         ("risk --wait -1", ["risk", "--wait", "-1", "--duckdb", missing]),
         (
