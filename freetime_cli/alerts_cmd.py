@@ -1,6 +1,8 @@
 """`freetime alerts test|list|send|digest`: the alert outbox and the morning digest by hand.
 
-The flows call the same functions (:mod:`pipelines.alerts`); see docs/alerts.md.
+The flows call the same functions (:mod:`pipelines.alerts`); see docs/alerts.md. Each command
+checks its arguments and settings before it imports the delivery side (duckdb, polars), so a
+refusal stays cheap.
 """
 
 from __future__ import annotations
@@ -64,8 +66,6 @@ def test(
 ) -> None:
     """Send a sample alert to DESTINATION; exit 1 if the channel refuses it."""
     from pipelines.alerts.config import destination_from
-    from pipelines.alerts.messages import alert_body, alert_title, json_fields
-    from pipelines.alerts.sender import deliver
 
     quiet_logging()
     settings = _settings(config)
@@ -77,6 +77,9 @@ def test(
         dest = destination_from({"url": destination, "name": "test"}, "test", None, "UTC")
     if dest.error:
         fail(f"{dest.label}: {dest.error}")
+    from pipelines.alerts.messages import alert_body, alert_title, json_fields
+    from pipelines.alerts.sender import deliver
+
     sample = {
         "alert_key": "freetime-test",
         "container_number": "TEST1234567",
@@ -120,12 +123,12 @@ def list_(
     ] = None,
 ) -> None:
     """The most recent alerts, newest first, with each destination's status and reason."""
-    from pipelines.alerts.listing import alert_statuses
-
     if status not in (None, "pending", "sent", "failed"):
         fail(f"unknown status {status!r}; use pending, sent or failed")
     target = warehouse_given(duckdb, warehouse)
     settings = _settings(config)
+    from pipelines.alerts.listing import alert_statuses
+
     try:
         rows = alert_statuses(target, settings, state_path=state, limit=limit)
     except (ConfigError, WarehouseError) as exc:
@@ -148,13 +151,13 @@ def send(
     """Deliver the pending alerts now (destinations in back-off are tried too).
 
     Exit 1 when a destination failed (its alerts stay pending for the next pass)."""
-    from pipelines.alerts import send_pending
-
     quiet_logging()
     target = warehouse_given(duckdb, warehouse)
     settings = _settings(config)
     if not settings.destinations:
         fail("no destination: set FREETIME_ALERT_URLS or add [[alerts.destinations]]")
+    from pipelines.alerts import send_pending
+
     try:
         summary = send_pending(target, settings, state_path=state, ignore_backoff=True)
     except (ConfigError, WarehouseError) as exc:
@@ -185,18 +188,18 @@ def digest(
     ] = None,
 ) -> None:
     """Send the morning digest of each destination that is due (or print it: --dry-run)."""
-    from pipelines.alerts.digest import read_at_risk, render_digest, send_digests
-    from pipelines.alerts.state import last_snapshots
-
     quiet_logging()
     target = warehouse_given(duckdb, warehouse)
-    settings = _settings(config)
     try:
         when = parse_as_of(as_of) or datetime.now(UTC)
     except ValueError as exc:
         fail(str(exc))
+    settings = _settings(config)
     if destination and settings.destination(destination) is None:
         fail(f"no destination named {destination!r}")
+    from pipelines.alerts.digest import read_at_risk, render_digest, send_digests
+    from pipelines.alerts.state import last_snapshots
+
     try:
         if dry_run:
             rows = read_at_risk(target)

@@ -89,13 +89,18 @@ def sync(
     from freetime_cli.load_cmd import check_writer
     from pipelines.config import resolve_warehouse
     from pipelines.document_intake import sync_documents
-    from pipelines.load import LoadFailed
 
     quiet_logging()
     target = warehouse_given(duckdb, warehouse)
     try:
         check_writer(resolve_warehouse(target))  # a bad warehouse fails before the API is asked
-        rows = sync_documents(target, ApiSettings.resolve(base_url=base_url))
+        api = ApiSettings.resolve(base_url=base_url)
+    except (ConfigError, WarehouseError) as exc:
+        fail(str(exc))
+    from pipelines.load import LoadFailed  # dlt: for a sync that starts
+
+    try:
+        rows = sync_documents(target, api)
     except (ConfigError, LoadFailed, WarehouseError) as exc:
         fail(str(exc))
     out.print(", ".join(f"{t} {n}" for t, n in rows.items()), highlight=False)

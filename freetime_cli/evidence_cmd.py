@@ -7,7 +7,14 @@ from typing import Annotated
 
 import typer
 
-from freetime_cli._common import DuckDbOption, WarehouseOption, console, fail, warehouse_given
+from freetime_cli._common import (
+    DuckDbOption,
+    WarehouseOption,
+    console,
+    existing_warehouse,
+    fail,
+    warehouse_given,
+)
 
 
 def evidence(
@@ -33,18 +40,21 @@ def evidence(
     Free time, the days charged with their rates, and the timeline of availability, holds,
     LFDs, appointments, pickup and empty return.
     """
-    from pipelines.analytics import TariffError
-    from pipelines.config import ConfigError, resolve_warehouse
-    from pipelines.history.evidence import EvidenceError, write_evidence
-    from pipelines.warehouse import WarehouseError, WarehouseMissing
+    from pipelines.config import ConfigError
+    from pipelines.warehouse import WarehouseError
 
     target = warehouse_given(duckdb, warehouse)
     try:
-        path = resolve_warehouse(target).path  # None on PostgreSQL
+        path = existing_warehouse(target).path  # None on PostgreSQL
         if out is not None and out.is_dir():
             raise ValueError(f"--out {out} is a directory; give a file name such as box.html")
-        if path is not None and not path.exists():
-            raise WarehouseMissing(f"no warehouse at {path}: run `freetime load` first")
+    except (ValueError, WarehouseError, ConfigError) as exc:
+        fail(str(exc))
+    # polars and duckdb only for a warehouse that is there to read
+    from pipelines.analytics import TariffError
+    from pipelines.history.evidence import EvidenceError, write_evidence
+
+    try:
         written = write_evidence(path or target, containers, out, tariffs)
     except (EvidenceError, ValueError, TariffError, WarehouseError, ConfigError) as exc:
         fail(str(exc))

@@ -1,5 +1,8 @@
 """`freetime invoices import|audit|dispute`: check demurrage and detention bills against the
-record (docs/invoices.md), on a DuckDB or PostgreSQL warehouse (``--warehouse``)."""
+record (docs/invoices.md), on a DuckDB or PostgreSQL warehouse (``--warehouse``).
+
+Each command checks its arguments before it imports the invoices' modules (polars, duckdb), so
+a refusal stays cheap."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from freetime_cli._common import (
     DuckDbOption,
     WarehouseOption,
     console,
+    existing_warehouse,
     fail,
     out,
     parse_as_of,
@@ -45,13 +49,15 @@ def import_(
     invoice changes nothing, a corrected one becomes its new version. Exit 2 when nothing could
     be imported, 1 when some invoice was refused.
     """
-    from pipelines.invoices.access import resolve
+    try:
+        now = parse_as_of(as_of) or dt.datetime.now(dt.UTC)
+        target = existing_warehouse(warehouse_given(duckdb, warehouse))
+    except (ValueError, ConfigError, WarehouseError) as exc:
+        fail(str(exc))
     from pipelines.invoices.schema import read_invoice_files
     from pipelines.invoices.store import import_invoices
 
     try:
-        now = parse_as_of(as_of) or dt.datetime.now(dt.UTC)
-        target = resolve(warehouse_given(duckdb, warehouse))
         invoices, problems = read_invoice_files(files)
         summary = import_invoices(target, invoices, problems, today=now.date(), now=now)
     except (ValueError, ConfigError, WarehouseError) as exc:
@@ -77,12 +83,15 @@ def audit(
 ) -> None:
     """Audit every current invoice line against the charge engine and history
     (analytics.invoice_audit; analytics.invoice_disputes_by_month sums what is in dispute)."""
-    from pipelines.invoices.access import resolve
+    try:
+        now = parse_as_of(as_of)
+        target = existing_warehouse(warehouse_given(duckdb, warehouse))
+    except (ValueError, ConfigError, WarehouseError) as exc:
+        fail(str(exc))
     from pipelines.invoices.audit import run_audit
 
     try:
-        now = parse_as_of(as_of)
-        summary = run_audit(resolve(warehouse_given(duckdb, warehouse)), now)
+        summary = run_audit(target, now)
     except (ValueError, ConfigError, WarehouseError) as exc:
         fail(str(exc))
     disputed = ", ".join(f"{v:,.2f} {k}" for k, v in sorted(summary.disputed.items())) or "0"
@@ -108,13 +117,15 @@ def dispute(
 ) -> None:
     """Write the dispute package of one invoice: each finding with the history rows that
     prove it, the amounts, and what freetime cannot know (HTML and CSV)."""
-    from pipelines.invoices.access import resolve
-    from pipelines.invoices.dispute import write_dispute
-
     try:
         if out_file.is_dir():
             raise ValueError(f"--out {out_file} is a directory; give a file name such as x.html")
-        target = resolve(warehouse_given(duckdb, warehouse))
+        target = existing_warehouse(warehouse_given(duckdb, warehouse))
+    except (ValueError, ConfigError, WarehouseError) as exc:
+        fail(str(exc))
+    from pipelines.invoices.dispute import write_dispute
+
+    try:
         page, sheet = write_dispute(target, invoice, out_file, issuer)
     except (LookupError, ValueError, ConfigError, WarehouseError) as exc:
         fail(str(exc))

@@ -11,6 +11,7 @@ from freetime_cli._common import (
     DuckDbOption,
     WarehouseOption,
     console,
+    existing_warehouse,
     fail,
     parse_as_of,
     warehouse_given,
@@ -32,17 +33,15 @@ def report(
     ] = None,
 ) -> None:
     """Write the demurrage risk report: summary, charts and the at-risk table in one HTML file."""
-    from pipelines.config import ConfigError, resolve_warehouse
-    from pipelines.warehouse import WarehouseError, WarehouseMissing
+    from pipelines.config import ConfigError
+    from pipelines.warehouse import WarehouseError
 
     target = warehouse_given(duckdb, warehouse)
     try:
         when = parse_as_of(as_of)
         if out.exists() and out.is_dir():
             raise ValueError(f"--out {out} is a directory; give a file name such as report.html")
-        path = resolve_warehouse(target).path  # None on PostgreSQL
-        if path is not None and not path.exists():
-            raise WarehouseMissing(f"no warehouse at {path}: run `freetime load` first")
+        path = existing_warehouse(target).path  # None on PostgreSQL
     except (ValueError, ConfigError, WarehouseError, OSError) as exc:
         fail(str(exc))
     # polars and altair take half a CPU-second to import: a refused command never pays for it

@@ -17,6 +17,7 @@ from freetime_cli._common import (
     WarehouseOption,
     WideOption,
     console,
+    existing_warehouse,
     fail,
     parse_as_of,
     table_console,
@@ -68,29 +69,36 @@ def risk(
     wait: Annotated[float | None, WaitOption] = None,
 ) -> None:
     """Recompute demurrage risk and print the at-risk containers, most urgent first."""
-    import polars as pl  # here, not at import: `freetime --help` should start fast
-
-    from flows.artifacts import at_risk_rows
-    from pipelines.analytics import LEVELS, TariffError, at_risk, publish_risk
     from pipelines.config import ConfigError, resolve_writer_wait
     from pipelines.warehouse import WarehouseError
 
     try:
         when = parse_as_of(as_of)
         levels = [x.strip() for lv in (level or []) for x in lv.split(",") if x.strip()]
-        bad = [x for x in levels if x not in LEVELS]
-        if bad:
-            raise ValueError(f"unknown level {', '.join(bad)}; use one of {', '.join(LEVELS)}")
         if fmt not in _FORMATS:
             raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(_FORMATS)}")
         n = parse_limit(limit)
         filters = Filters.parse(port, terminal, carrier)
         target = warehouse_given(duckdb, warehouse)
+        wait_seconds = resolve_writer_wait(wait)
+        existing_warehouse(target)  # before the tariffs: a missing file is the first thing to fix
+    except (ValueError, ConfigError, WarehouseError) as exc:
+        fail(str(exc))
+    # polars and the risk engine once the cheap checks pass (the levels are the engine's)
+    import polars as pl
+
+    from flows.artifacts import at_risk_rows
+    from pipelines.analytics import LEVELS, TariffError, at_risk, publish_risk
+
+    try:
+        bad = [x for x in levels if x not in LEVELS]
+        if bad:
+            raise ValueError(f"unknown level {', '.join(bad)}; use one of {', '.join(LEVELS)}")
         summary = publish_risk(
             target,
             as_of=when,
             tariffs_path=tariffs,
-            wait_seconds=resolve_writer_wait(wait),
+            wait_seconds=wait_seconds,
             on_wait=lambda line: console.print(line, highlight=False),
         )
         rows = at_risk(target, levels or None)

@@ -22,7 +22,6 @@ def grant_reader(
     Runs as the warehouse's writer (the role of --warehouse or FREETIME_WAREHOUSE). A new role
     is created with the password in FREETIME_READER_PASSWORD (never on the command line)."""
     from pipelines.config import ConfigError, resolve_warehouse
-    from pipelines.pg.reader import grant_reader as grant
     from pipelines.warehouse import WarehouseError
 
     try:
@@ -32,6 +31,8 @@ def grant_reader(
                 f"the warehouse {target.display} is a DuckDB file: its readers need no role "
                 "(give a postgresql:// URL with --warehouse or FREETIME_WAREHOUSE)"
             )
+        from pipelines.pg.reader import grant_reader as grant  # psycopg2: for PostgreSQL only
+
         done = grant(target, role, os.environ.get("FREETIME_READER_PASSWORD") or None)
     except (ConfigError, WarehouseError) as exc:
         fail(str(exc))

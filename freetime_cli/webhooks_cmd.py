@@ -217,7 +217,6 @@ def apply(
     if inbox is not None and not inbox.exists():
         fail(f"no inbox at {inbox}")
     try:
-        api = ApiSettings.resolve(base_url=base_url)
         target = resolve_warehouse(given)
         inbox_path = inbox or default_inbox_path(target)
     except ConfigError as exc:
@@ -235,7 +234,12 @@ def apply(
             Inbox(inbox_path).close()
         except InboxUnusable as exc:
             fail(str(exc))
-    # dlt takes a CPU-second to import: nothing to apply, or a bad inbox, never pays for it
+    try:  # after the cheap checks: reading dlt's configuration imports dlt
+        api = ApiSettings.resolve(base_url=base_url)
+    except ConfigError as exc:
+        fail(str(exc))
+    if reconcile and not api.api_key:
+        fail("--reconcile needs an API key: set TERMINAL49_API_KEY")
     from pipelines.load import LoadFailed
     from pipelines.terminal49.client import Terminal49Client, Terminal49Error
     from pipelines.webhooks.apply import apply_inbox
@@ -244,8 +248,6 @@ def apply(
     if api.api_key:
         budget = target.working_folder()  # shared with the other writers
         client = Terminal49Client.for_api(api, budget=budget)
-    elif reconcile:
-        fail("--reconcile needs an API key: set TERMINAL49_API_KEY")
     else:
         console.print(
             "no API key: containers that notifications do not carry are left for the next load"

@@ -30,7 +30,9 @@ import httpx
 import orjson
 
 from pipelines.config import DATASET, ApiSettings, ConfigError, Warehouse, resolve_warehouse
-from pipelines.terminal49.client import Terminal49Client, Terminal49Error, tls_context
+
+# The API client (pipelines.terminal49, which imports dlt) is imported where it is used: reading
+# the files and checking the key come first and stay light.
 
 DIRECT_UPLOADS_PATH = "/rails/active_storage/direct_uploads"
 DOCUMENTS_PATH = "/documents"
@@ -122,6 +124,8 @@ class DocumentsClient:
                 "no API key: set TERMINAL49_API_KEY (or sources.terminal49.api_key in "
                 ".dlt/secrets.toml)"
             )
+        from pipelines.terminal49.client import Terminal49Client, tls_context
+
         self.base_url = api.base_url.rstrip("/")
         # The API side goes through the project's one HTTP seam (pacing, Retry-After, retries);
         # POSTs are retried a few times only: a second /documents is answered 409 anyway.
@@ -152,6 +156,8 @@ class DocumentsClient:
 
     def _post(self, path: str, body: dict[str, Any], content_type: str) -> httpx.Response:
         """POST through the API client; giving up after its retries is an UploadFailed."""
+        from pipelines.terminal49.client import Terminal49Error
+
         try:
             return self._api.post(path, orjson.dumps(body), content_type)
         except Terminal49Error as exc:
@@ -250,13 +256,14 @@ def sync_documents(
     the lock is held only to publish (:func:`pipelines.write.write`; on PostgreSQL
     :func:`pipelines.pg.write.write`: dlt stages the documents, one transaction under the
     writers' advisory lock publishes them by the same merge rules)."""
-    from pipelines.load import key_budget
-    from pipelines.terminal49.documents import DOCUMENT_TABLE_HINTS, documents_source
-    from pipelines.write import incoming_dataset, write
-
     api = api or ApiSettings.resolve()
     if not api.api_key:
         raise ConfigError("no API key: set TERMINAL49_API_KEY (or sources.terminal49.api_key)")
+    from pipelines.load import key_budget
+    from pipelines.terminal49.client import Terminal49Client
+    from pipelines.terminal49.documents import DOCUMENT_TABLE_HINTS, documents_source
+    from pipelines.write import incoming_dataset, write
+
     warehouse = resolve_warehouse(duckdb_path)
     if warehouse.is_postgres:  # the server answers and the role may write, before any request
         from pipelines.pg.connection import check_writable

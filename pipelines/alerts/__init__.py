@@ -13,6 +13,11 @@
 See ``docs/alerts.md``.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pipelines.alerts.config import (
     AlertConfigError,
     AlertSettings,
@@ -21,9 +26,32 @@ from pipelines.alerts.config import (
     load_settings,
     mask,
 )
-from pipelines.alerts.digest import render_digest, send_digests
-from pipelines.alerts.rules import KINDS, raise_alerts
-from pipelines.alerts.sender import SendSummary, deliver, send_pending
+
+if TYPE_CHECKING:
+    from pipelines.alerts.digest import render_digest, send_digests
+    from pipelines.alerts.rules import KINDS, raise_alerts
+    from pipelines.alerts.sender import SendSummary, deliver, send_pending
+
+#: Names of the delivery side (duckdb, polars, Apprise), imported when first used: a command
+#: that only reads the settings (and refuses them) stays light.
+_LAZY = {
+    "render_digest": "digest",
+    "send_digests": "digest",
+    "KINDS": "rules",
+    "raise_alerts": "rules",
+    "SendSummary": "sender",
+    "deliver": "sender",
+    "send_pending": "sender",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "KINDS",

@@ -22,7 +22,6 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pipelines.analytics.risk import LEVELS
 from pipelines.config import ConfigError
 
 DEFAULT_ALERTS_PATH = Path(__file__).resolve().parents[2] / "data" / "alerts.toml"
@@ -279,6 +278,14 @@ def check_url(url: str) -> str | None:
     return None
 
 
+def _levels() -> tuple[str, ...]:
+    """The risk levels, from the risk engine: imported only for a table that names levels (it
+    brings polars), so reading the settings stays light."""
+    from pipelines.analytics.risk import LEVELS
+
+    return LEVELS
+
+
 def destination_from(
     raw: Mapping[str, Any], where: str, default_time: time | None, default_zone: str
 ) -> Destination:
@@ -295,10 +302,10 @@ def destination_from(
     zone = default_zone
     try:
         kwargs = {k: _texts(raw.get(k), f"{k}") for k in FILTER_KEYS}
-        bad = [lv for lv in kwargs["levels"] if lv not in LEVELS]
+        bad = [lv for lv in kwargs["levels"] if lv not in _levels()]
         if bad:
             raise AlertConfigError(
-                f"levels: unknown level(s) {', '.join(bad)}; use {', '.join(LEVELS)}"
+                f"levels: unknown level(s) {', '.join(bad)}; use {', '.join(_levels())}"
             )
         flt = Filter(**kwargs)
         if raw.get("digest") is False:
@@ -367,7 +374,7 @@ def load_settings(
         kwargs["cost_thresholds"] = _numbers(table["cost_thresholds"], where + "cost_thresholds")
     if "lfd_levels" in table:
         levels = _texts(table["lfd_levels"], where + "lfd_levels")
-        bad = [lv for lv in levels if lv not in LEVELS]
+        bad = [lv for lv in levels if lv not in _levels()]
         if bad:
             raise AlertConfigError(f"{where}lfd_levels: unknown level(s) {', '.join(bad)}")
         kwargs["lfd_levels"] = levels

@@ -23,8 +23,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.analytics.tariffs import parse_tiers
-
 #: The columns a CSV must have (issue 31's minimal invoice).
 REQUIRED_COLUMNS = (
     "invoice_number",
@@ -111,6 +109,8 @@ class InvoiceLine:
             return self.rate
         if self.tiers is None or day_number is None:
             return None
+        from pipelines.analytics.tariffs import parse_tiers
+
         for t in parse_tiers(self.tiers):
             start, end = int(t["start"] or 0), t["end"]
             if day_number >= start and (end is None or day_number <= int(end)):
@@ -224,6 +224,8 @@ def _line(r: _Row) -> InvoiceLine | None:
     amount = r.number("amount", True)
     rate, tiers = r.number("rate"), r.text("tiers")
     if tiers is not None:
+        from pipelines.analytics.tariffs import parse_tiers  # polars, for tiered lines only
+
         try:
             parse_tiers(tiers)
         except ValueError as exc:

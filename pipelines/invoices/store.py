@@ -207,11 +207,14 @@ def import_invoices(
     """Check ``invoices`` against the warehouse and store those that pass, in one transaction
     under the writer lock. ``warehouse``: a DuckDB path or a PostgreSQL URL (or Warehouse).
     ``problems``: those found reading the files (carried into the summary; invoices they
-    refused are not in ``invoices``). Raises WarehouseMissing, WarehouseUnusable."""
+    refused are not in ``invoices``; with no invoice the warehouse is not opened). Raises
+    WarehouseMissing, WarehouseUnusable."""
     now = now or dt.datetime.now(dt.UTC)
     today = today or now.date()
     summary = ImportSummary(problems=list(problems))
     summary.refused = sorted({p.invoice_number or p.where for p in problems if p.error})
+    if not invoices:  # nothing read: nothing to check against the warehouse
+        return summary
     with writer(warehouse, "invoice import") as con:
         if "containers" not in table_names(con, DATASET):
             raise WarehouseMissing("the warehouse has no containers yet: run `freetime load` first")
