@@ -152,8 +152,8 @@ def check_warehouse(duckdb_path: str | None) -> str:
     only: one writer at a time is the writer lock's job, not this task's."""
     warehouse = resolve_warehouse(duckdb_path)
     if warehouse.is_postgres:
+        from pipelines.config import incoming_dataset
         from pipelines.pg.connection import check_writable
-        from pipelines.write import incoming_dataset
 
         check_writable(warehouse, (DATASET, incoming_dataset("load")))
         return warehouse.display

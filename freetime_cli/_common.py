@@ -32,14 +32,6 @@ WarehouseOption = Annotated[
 ]
 
 
-def chosen_warehouse(duckdb: Path | None, warehouse: str | None) -> str | Path | None:
-    """The warehouse given on the command line (``--warehouse`` or ``--duckdb``; None: the
-    environment decides); exit 2 when both are given."""
-    if duckdb and warehouse:
-        fail("give the warehouse once: --warehouse or --duckdb, not both")
-    return warehouse or duckdb
-
-
 BaseUrlOption = Annotated[
     str | None, typer.Option(help="API base URL ending in /v2 (env TERMINAL49_BASE_URL).")
 ]

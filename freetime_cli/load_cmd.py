@@ -18,12 +18,12 @@ from freetime_cli._common import (
     DuckDbOption,
     WaitOption,
     WarehouseOption,
-    chosen_warehouse,
     console,
     embedded_sandbox,
     fail,
     out,
     quiet_logging,
+    warehouse_given,
 )
 from pipelines.config import (
     ApiSettings,
@@ -68,7 +68,7 @@ def load(
     quiet_logging()
     if sandbox and base_url:
         fail("--sandbox loads from the local sandbox; drop --base-url (or drop --sandbox)")
-    given = chosen_warehouse(duckdb, warehouse)
+    given = warehouse_given(duckdb, warehouse)
     api: ApiSettings | None = None
     with _one_line(ConfigError, WarehouseError):  # a bad argument fails before anything starts
         target = resolve_warehouse(given)
@@ -106,9 +106,8 @@ def check_writer(target: Warehouse) -> None:
     if target.path is not None:
         check_usable(target.path)
         return
-    from pipelines.config import DATASET
+    from pipelines.config import DATASET, incoming_dataset
     from pipelines.pg.connection import check_writable
-    from pipelines.write import incoming_dataset
 
     check_writable(target, (DATASET, incoming_dataset("load")))
 

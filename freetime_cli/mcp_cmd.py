@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from freetime_cli._common import DuckDbOption, WarehouseOption, chosen_warehouse, fail
+from freetime_cli._common import DuckDbOption, WarehouseOption, fail, warehouse_given
 
 if TYPE_CHECKING:
     from pipelines.config import Warehouse
@@ -50,7 +50,7 @@ def serve(
 
     if not 0 < port < 65536:
         fail(f"--port must be between 1 and 65535, got {port}")
-    given = chosen_warehouse(duckdb, warehouse)
+    given = warehouse_given(duckdb, warehouse)
     try:
         shown = f"[{host}]" if ":" in host else host
         auth = AuthSettings.resolve(resource_url or f"http://{shown}:{port}", issuer)
@@ -89,7 +89,7 @@ def serve(
 @app.command("stdio")
 def stdio(duckdb: DuckDbOption = None, warehouse: WarehouseOption = None) -> None:
     """Serve over stdin/stdout, for clients that start the server as a process."""
-    path = _reader_target(chosen_warehouse(duckdb, warehouse))
+    path = _reader_target(warehouse_given(duckdb, warehouse))
     from pipelines.toolserver.server import build_server  # the MCP SDK: after the checks
 
     mcp, reader = build_server(path)

@@ -19,11 +19,11 @@ from freetime_cli._common import (
     BaseUrlOption,
     DuckDbOption,
     WarehouseOption,
-    chosen_warehouse,
     console,
     fail,
     out,
     quiet_logging,
+    warehouse_given,
 )
 from pipelines.config import ApiSettings, ConfigError, Warehouse
 from pipelines.warehouse import WarehouseError
@@ -112,7 +112,7 @@ def serve(
     )
     if max_connections is not None:
         limits = dataclasses.replace(limits, max_connections=max_connections)
-    given = chosen_warehouse(duckdb, warehouse)
+    given = warehouse_given(duckdb, warehouse)
     try:
         target = None if no_apply else known_warehouse(given)
         inbox_path = inbox or default_inbox_path(target or given)
@@ -158,9 +158,8 @@ def known_warehouse(given: str | Path | None) -> Warehouse | None:
 
     target = resolve_warehouse(given)
     if target.path is None:
-        from pipelines.config import DATASET
+        from pipelines.config import DATASET, incoming_dataset
         from pipelines.pg.connection import check_writable
-        from pipelines.write import incoming_dataset
 
         check_writable(target, (DATASET, incoming_dataset("webhooks")))
         return target
@@ -213,7 +212,7 @@ def apply(
     from pipelines.webhooks.inbox import Inbox, InboxUnusable, default_inbox_path
 
     quiet_logging()
-    given = chosen_warehouse(duckdb, warehouse)
+    given = warehouse_given(duckdb, warehouse)
     if inbox is not None and not inbox.exists():
         fail(f"no inbox at {inbox}")
     try:

@@ -215,6 +215,12 @@ def resolve_writer_wait(value: float | None = None) -> float:
     return float(value)
 
 
+def incoming_dataset(slot: str) -> str:
+    """The dataset (on PostgreSQL: the schema) a writer's staging slot loads into before its
+    rows are published into :data:`DATASET`."""
+    return f"_incoming_{slot}"
+
+
 def pipelines_dir_for(duckdb_path: Path) -> Path:
     """dlt's working folder (load packages, local state) sits beside the warehouse file."""
     return duckdb_path.parent / ".dlt-pipelines" / duckdb_path.stem

@@ -29,7 +29,14 @@ from typing import Any
 import httpx
 import orjson
 
-from pipelines.config import DATASET, ApiSettings, ConfigError, Warehouse, resolve_warehouse
+from pipelines.config import (
+    DATASET,
+    ApiSettings,
+    ConfigError,
+    Warehouse,
+    incoming_dataset,
+    resolve_warehouse,
+)
 
 # The API client (pipelines.terminal49, which imports dlt) is imported where it is used: reading
 # the files and checking the key come first and stay light.
@@ -262,7 +269,7 @@ def sync_documents(
     from pipelines.load import key_budget
     from pipelines.terminal49.client import Terminal49Client
     from pipelines.terminal49.documents import DOCUMENT_TABLE_HINTS, documents_source
-    from pipelines.write import incoming_dataset, write
+    from pipelines.write import write
 
     warehouse = resolve_warehouse(duckdb_path)
     if warehouse.is_postgres:  # the server answers and the role may write, before any request

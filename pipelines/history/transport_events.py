@@ -35,7 +35,7 @@ import pyarrow as pa
 from dlt.sources import DltResource
 
 from pipelines.analytics.risk import AT_RISK_LEVELS
-from pipelines.config import DATASET, Warehouse, resolve_warehouse
+from pipelines.config import DATASET, Warehouse, incoming_dataset, resolve_warehouse
 from pipelines.history import HISTORY_TABLE
 from pipelines.terminal49 import flatten, settings
 from pipelines.terminal49.client import ApiError, Terminal49Client
@@ -46,7 +46,7 @@ from pipelines.terminal49.settings import (
 from pipelines.warehouse import column_types, reading
 from pipelines.warehouse import quote as q
 from pipelines.webhooks.apply import WEBHOOK_TABLE_HINTS
-from pipelines.write import LOADS_TABLE, incoming_dataset, write
+from pipelines.write import LOADS_TABLE, write
 
 WRITER = "events"
 #: Requests the events step makes at most per run (one per container): at the API's 100

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 import httpx
 from psycopg2.extensions import cursor as Cursor
 
-from pipelines.config import DATASET, ApiSettings, ConfigError, Warehouse
+from pipelines.config import DATASET, ApiSettings, ConfigError, Warehouse, incoming_dataset
 from pipelines.pg.connection import check_writable, connection
 from pipelines.pg.publish import table_names
 from pipelines.pg.write import write
 from pipelines.terminal49 import settings as t49
 from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import quote
-from pipelines.write import LOADS_TABLE, incoming_dataset
+from pipelines.write import LOADS_TABLE
 
 if TYPE_CHECKING:
     from pipelines.load import LoadSummary

@@ -24,12 +24,11 @@ from psycopg2.extensions import connection as Connection
 from psycopg2.extensions import cursor as Cursor
 
 from pipelines import history
-from pipelines.config import DATASET
+from pipelines.config import DATASET, incoming_dataset
 from pipelines.pg.reader import ensure_lookup_indexes
 from pipelines.publish import transaction
 from pipelines.publish.columns import NOT_PUBLISHED
 from pipelines.publish.merge import LISTED, MERGES, Merge
-from pipelines.publish.staging import incoming_dataset
 from pipelines.publish.transaction import (
     LOADS_TABLE,
     SCAN_TABLE,

@@ -21,7 +21,7 @@ import psycopg2
 from dlt.pipeline.exceptions import PipelineStepFailed
 from psycopg2.extensions import cursor as Cursor
 
-from pipelines.config import DATASET, Warehouse
+from pipelines.config import DATASET, Warehouse, incoming_dataset
 from pipelines.pg.connection import connection, dsn_with_password, masked, one_line
 from pipelines.pg.lock import staging_slot, writer_lock
 from pipelines.pg.publish import DUCKDB_NAMES, publish
@@ -31,7 +31,6 @@ from pipelines.publish.staging import (
     capabilities_once,
     conform_pages,
     drop_loaded_packages,
-    incoming_dataset,
     quiet_dlt_and_tag_loads,
 )
 from pipelines.publish.transaction import WriteSummary

@@ -26,7 +26,7 @@ from dlt.common.normalizers.naming import NamingConvention
 from dlt.common.storages import LoadStorage
 from dlt.destinations.impl.duckdb.configuration import DuckDbCredentials
 
-from pipelines.config import DATASET, working_folder
+from pipelines.config import DATASET, incoming_dataset, working_folder
 from pipelines.terminal49.flatten import ColumnTypes
 from pipelines.warehouse import reading
 
@@ -61,11 +61,6 @@ class _DropDltNoise(logging.Filter):
 
 
 _DLT_NOISE = _DropDltNoise()
-
-
-def incoming_dataset(slot: str) -> str:
-    """The dataset a staging slot's dlt pipeline loads into, before it is published."""
-    return f"_incoming_{slot}"
 
 
 @contextlib.contextmanager

@@ -18,10 +18,9 @@ import duckdb
 import pyarrow as pa
 
 from pipelines import history
-from pipelines.config import DATASET
+from pipelines.config import DATASET, incoming_dataset
 from pipelines.history.views import create_views as create_history_views
 from pipelines.publish.merge import LISTED, MERGES, RowCounts, merge_table, remove_unlisted
-from pipelines.publish.staging import incoming_dataset
 from pipelines.terminal49.docs import apply_comments
 from pipelines.warehouse import quote, table_names
 

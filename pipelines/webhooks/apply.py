@@ -427,10 +427,10 @@ def write_tables(
     # --- WAREHOUSE DISPATCH (issue 30): webhook apply on PostgreSQL writes through pipelines/pg
     if isinstance(duckdb_path, Warehouse):
         if duckdb_path.path is None:
+            from pipelines.config import incoming_dataset
             from pipelines.pg.connection import check_writable
             from pipelines.pg.lock import writer_lock
             from pipelines.pg.write import write as write_postgres
-            from pipelines.write import incoming_dataset
 
             check_writable(duckdb_path, (DATASET, incoming_dataset("webhooks")))
             with writer_lock(duckdb_path, "webhook apply"):
