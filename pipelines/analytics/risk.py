@@ -34,7 +34,7 @@ zone only; "today" and the working days after it are constants per zone.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, timedelta
 from typing import Literal, get_args
@@ -601,6 +601,27 @@ def _days_between(later: pl.Expr, earlier: pl.Expr) -> pl.Expr:
     return later.cast(pl.Int32) - earlier.cast(pl.Int32)
 
 
+def _earliest(dates: Iterable[pl.Expr]) -> pl.Expr:
+    """The earliest of Date expressions, NULLs skipped (NULL when all are NULL)."""
+    return _extreme_date(pl.min_horizontal, dates, after_all=True)
+
+
+def _latest(dates: Iterable[pl.Expr]) -> pl.Expr:
+    """The latest of Date expressions, NULLs skipped (NULL when all are NULL)."""
+    return _extreme_date(pl.max_horizontal, dates, after_all=False)
+
+
+def _extreme_date(
+    horizontal: Callable[..., pl.Expr], dates: Iterable[pl.Expr], *, after_all: bool
+) -> pl.Expr:
+    # polars' min_horizontal and max_horizontal take a much slower path on columns holding
+    # NULLs: they get NULL-free day numbers instead, NULL as a day that no date reaches (after
+    # every date for the earliest, before every one for the latest), mapped back to NULL
+    beyond = 2**31 - 1 if after_all else -(2**31)
+    day = horizontal(d.cast(pl.Int32).fill_null(beyond) for d in dates)
+    return pl.when(day != beyond).then(day).cast(pl.Date)
+
+
 def _add_days(day: pl.Expr, n: pl.Expr) -> pl.Expr:
     """``day`` plus ``n`` calendar days."""
     return (day.cast(pl.Int32) + n).cast(pl.Date)
@@ -709,9 +730,7 @@ def _clock_rows(c: Clock) -> pl.LazyFrame:
         "rail": ~done & inland,
     }
     rows = rows.with_columns(
-        lfd_date=pl.min_horizontal(
-            pl.when(rel).then(col("lfd_" + name)) for name, rel in relevant.items()
-        )
+        lfd_date=_earliest(pl.when(rel).then(col("lfd_" + name)) for name, rel in relevant.items())
     )
     pod_source = pl.concat_str(
         pl.lit("pod_"), pl.when(has_pod).then(col("pod_lfd_unified_selection"))
@@ -740,7 +759,7 @@ def _clock_rows(c: Clock) -> pl.LazyFrame:
         _pod_source=pod_source,
         lfd_disagreement_days=pl.when(
             pl.sum_horizontal(d.is_not_null() for d in reported) >= 2
-        ).then(_days_between(pl.max_horizontal(reported), pl.min_horizontal(reported))),
+        ).then(_days_between(_latest(reported), _earliest(reported))),
     )
 
     # --- Dates and zones: today in the zone of the binding LFD ----------------------------
