@@ -801,16 +801,18 @@ def _rules(c: Clock) -> pl.LazyFrame:
     # free time counts from discharge, or from rail arrival at the inland ramp; only the boxes
     # with no binding LFD have their instant converted
     estimated = col("lfd_date").is_null() & ~done
-    clock_start = _local_date(
-        pl.when(estimated & at_ramp)
-        .then(pl.coalesce("ind_rail_unloaded_at", "ind_ata_at"))
-        .when(estimated)
-        .then(col("pod_discharged_at")),
-        pl.when(at_ramp).then(dest_zone).otherwise(pod_zone),
-        zones,
+    rows = rows.with_columns(  # a column: _free_time_end reads it twice, polars would convert twice
+        _estimate_start=_local_date(
+            pl.when(estimated & at_ramp)
+            .then(pl.coalesce("ind_rail_unloaded_at", "ind_ata_at"))
+            .when(estimated)
+            .then(col("pod_discharged_at")),
+            pl.when(at_ramp).then(dest_zone).otherwise(pod_zone),
+            zones,
+        )
     )
     rows = rows.with_columns(
-        lfd_estimated=_free_time_end(cal, DEM, clock_start),
+        lfd_estimated=_free_time_end(cal, DEM, col("_estimate_start")),
         _pickup_date=pl.when(appointment >= today_local)
         .then(appointment)
         .when(col("ready_for_pickup"))
