@@ -34,7 +34,7 @@ zone only; "today" and the working days after it are constants per zone.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, timedelta
 from typing import Literal, get_args
@@ -374,15 +374,18 @@ def _joined(fr: WarehouseFrames, shipments: pl.LazyFrame) -> pl.LazyFrame:
             pending_holds=col("name").filter(col("status") == "pending"),
         )
         .with_columns(
-            _holds_phrase=pl.concat_str(
-                [  # "customs hold; TMF pending"
-                    pl.when(col(c).list.len() > 0).then(
-                        pl.concat_str(col(c).list.join(", "), pl.lit(w))
-                    )
-                    for c, w in (("blocking_holds", " hold"), ("pending_holds", " pending"))
-                ],
-                separator="; ",
-                ignore_nulls=True,
+            _holds_phrase=pl.concat_str(  # "; customs hold; TMF pending": the reason's part
+                pl.lit("; "),
+                pl.concat_str(
+                    [
+                        pl.when(col(c).list.len() > 0).then(
+                            pl.concat_str(col(c).list.join(", "), pl.lit(w))
+                        )
+                        for c, w in (("blocking_holds", " hold"), ("pending_holds", " pending"))
+                    ],
+                    separator="; ",
+                    ignore_nulls=True,
+                ),
             )
         )
     )
@@ -601,6 +604,27 @@ def _days_between(later: pl.Expr, earlier: pl.Expr) -> pl.Expr:
     return later.cast(pl.Int32) - earlier.cast(pl.Int32)
 
 
+def _earliest(dates: Iterable[pl.Expr]) -> pl.Expr:
+    """The earliest of Date expressions, NULLs skipped (NULL when all are NULL)."""
+    return _extreme_date(pl.min_horizontal, dates, after_all=True)
+
+
+def _latest(dates: Iterable[pl.Expr]) -> pl.Expr:
+    """The latest of Date expressions, NULLs skipped (NULL when all are NULL)."""
+    return _extreme_date(pl.max_horizontal, dates, after_all=False)
+
+
+def _extreme_date(
+    horizontal: Callable[..., pl.Expr], dates: Iterable[pl.Expr], *, after_all: bool
+) -> pl.Expr:
+    # polars' min_horizontal and max_horizontal take a much slower path on columns holding
+    # NULLs: they get NULL-free day numbers instead, NULL as a day that no date reaches (after
+    # every date for the earliest, before every one for the latest), mapped back to NULL
+    beyond = 2**31 - 1 if after_all else -(2**31)
+    day = horizontal(d.cast(pl.Int32).fill_null(beyond) for d in dates)
+    return pl.when(day != beyond).then(day).cast(pl.Date)
+
+
 def _add_days(day: pl.Expr, n: pl.Expr) -> pl.Expr:
     """``day`` plus ``n`` calendar days."""
     return (day.cast(pl.Int32) + n).cast(pl.Date)
@@ -625,28 +649,6 @@ def _free_time_end(cal: WorkingCalendar, prefix: str, start: pl.Expr) -> pl.Expr
         pl.when(working)
         .then(cal.add_working_days(pl.when(working).then(start), free))
         .otherwise(_add_days(start, free))
-    )
-
-
-def _lfd_phrase(days: pl.Expr, place: list[pl.Expr]) -> pl.Expr:
-    """ "LFD in 3 days at Fenix (terminal)", "LFD today (rail)", "LFD passed 4 days ago ..."
-    for a days-to-LFD expression and the parts of the " at Fenix (terminal)" place phrase."""
-    return pl.concat_str(
-        [
-            pl.when(days < -1)
-            .then(pl.lit("LFD passed "))
-            .when(days == -1)
-            .then(pl.lit("LFD was yesterday"))
-            .when(days == 0)
-            .then(pl.lit("LFD today"))
-            .when(days == 1)
-            .then(pl.lit("LFD tomorrow"))
-            .otherwise(pl.lit("LFD in ")),
-            pl.when(days.abs() > 1).then(days.abs()).cast(pl.String),
-            pl.when(days < -1).then(pl.lit(" days ago")).when(days > 1).then(pl.lit(" days")),
-            *place,
-        ],
-        ignore_nulls=True,
     )
 
 
@@ -709,9 +711,7 @@ def _clock_rows(c: Clock) -> pl.LazyFrame:
         "rail": ~done & inland,
     }
     rows = rows.with_columns(
-        lfd_date=pl.min_horizontal(
-            pl.when(rel).then(col("lfd_" + name)) for name, rel in relevant.items()
-        )
+        lfd_date=_earliest(pl.when(rel).then(col("lfd_" + name)) for name, rel in relevant.items())
     )
     pod_source = pl.concat_str(
         pl.lit("pod_"), pl.when(has_pod).then(col("pod_lfd_unified_selection"))
@@ -740,7 +740,7 @@ def _clock_rows(c: Clock) -> pl.LazyFrame:
         _pod_source=pod_source,
         lfd_disagreement_days=pl.when(
             pl.sum_horizontal(d.is_not_null() for d in reported) >= 2
-        ).then(_days_between(pl.max_horizontal(reported), pl.min_horizontal(reported))),
+        ).then(_days_between(_latest(reported), _earliest(reported))),
     )
 
     # --- Dates and zones: today in the zone of the binding LFD ----------------------------
@@ -801,16 +801,18 @@ def _rules(c: Clock) -> pl.LazyFrame:
     # free time counts from discharge, or from rail arrival at the inland ramp; only the boxes
     # with no binding LFD have their instant converted
     estimated = col("lfd_date").is_null() & ~done
-    clock_start = _local_date(
-        pl.when(estimated & at_ramp)
-        .then(pl.coalesce("ind_rail_unloaded_at", "ind_ata_at"))
-        .when(estimated)
-        .then(col("pod_discharged_at")),
-        pl.when(at_ramp).then(dest_zone).otherwise(pod_zone),
-        zones,
+    rows = rows.with_columns(  # a column: _free_time_end reads it twice, polars would convert twice
+        _estimate_start=_local_date(
+            pl.when(estimated & at_ramp)
+            .then(pl.coalesce("ind_rail_unloaded_at", "ind_ata_at"))
+            .when(estimated)
+            .then(col("pod_discharged_at")),
+            pl.when(at_ramp).then(dest_zone).otherwise(pod_zone),
+            zones,
+        )
     )
     rows = rows.with_columns(
-        lfd_estimated=_free_time_end(cal, DEM, clock_start),
+        lfd_estimated=_free_time_end(cal, DEM, col("_estimate_start")),
         _pickup_date=pl.when(appointment >= today_local)
         .then(appointment)
         .when(col("ready_for_pickup"))
@@ -903,58 +905,122 @@ def _rules(c: Clock) -> pl.LazyFrame:
 def _risk_reason(unknown: pl.Expr) -> pl.Expr:
     """Short phrases joined with "; ": what happened or the LFD, holds, availability,
     appointment, staleness (docs/risk-rules.md, "Risk level")."""
-    # Each phrase is NULL outside its case and reads only its case's rows (its inputs are
-    # NULL elsewhere): building strings is the costly part, so no row builds one it drops.
+    # One concatenation of pieces, each NULL outside its case, rather than phrases built, then
+    # picked and joined: building strings is the costly part, so no row builds one it drops.
+    # The fixed words are looked up by the flags of their case (_pick) and carry the "; "
+    # before them: the first piece (what happened or the LFD) is never NULL.
     col = pl.col
-    done, src = col("_done"), col("lfd_source")
+    done, src, days = col("_done"), col("lfd_source"), col("days_to_lfd")
 
     def only(case: pl.Expr, value: str | pl.Expr) -> pl.Expr:
         return pl.when(case).then(pl.col(value) if isinstance(value, str) else value)
 
-    def dated(text: str, day: pl.Expr) -> pl.Expr:  # NULL where the date is
-        return pl.concat_str(pl.lit(text), day.cast(pl.String))
-
     returned = done & col("empty_terminated_at").is_not_null()
     picked_up = done & ~returned & col("full_out_at").is_not_null()
-    lfd_posted = ~done & col("lfd_date").is_not_null()
-    what_happened = pl.coalesce(
-        dated("empty returned ", only(returned, "_return_date")),
-        dated("picked up ", only(picked_up, "_full_out_date")),
-        pl.concat_str(pl.lit("status "), only(done, "current_status")),
-        pl.concat_str(
-            dated("discharged, no LFD posted (tariff estimate ", only(unknown, "lfd_estimated")),
-            pl.lit(")"),
-        ),
-        only(unknown, pl.lit("discharged, no LFD posted")),  # no estimate
-        only(~done & col("lfd_date").is_null(), pl.lit("not discharged yet")),
-        only(
-            lfd_posted,
-            _lfd_phrase(
-                only(lfd_posted, "days_to_lfd"),
-                [
-                    only(lfd_posted & (src != "rail"), "_at_terminal"),
-                    pl.lit(" ("),
-                    src,
-                    pl.lit(")"),
-                ],
-            ),
-        ),
-    )
-    active = ~done & (col("lfd_date").is_not_null() | col("_discharged"))
-    on_hold = col("blocking_holds").list.len() > 0
+    estimate = only(unknown, "lfd_estimated")
+    posted = col("lfd_date").is_not_null()  # never done: no LFD binds once done
+    active = ~done & (posted | col("_discharged"))
     appointment = only(
         active & (col("_appointment_date") >= col("today_local")), "_appointment_date"
     )
+
+    def opening(
+        returned: bool,
+        picked_up: bool,
+        done: bool,
+        unknown: bool,
+        estimated: bool,
+        posted: bool,
+        passed: bool,
+        yesterday: bool,
+        today: bool,
+        tomorrow: bool,
+    ) -> str:
+        if returned:
+            return "empty returned "
+        if picked_up:
+            return "picked up "
+        if done:
+            return "status "
+        if unknown:
+            return "discharged, no LFD posted" + (" (tariff estimate " if estimated else "")
+        if not posted:
+            return "not discharged yet"
+        if passed:
+            return "LFD passed "
+        if yesterday:
+            return "LFD was yesterday"
+        if today:
+            return "LFD today"
+        return "LFD tomorrow" if tomorrow else "LFD in "
+
+    def availability_and_appointment(
+        active: bool, held: bool, ready: bool, availability_unknown: bool, appointment: bool
+    ) -> str | None:
+        if not active:
+            return None
+        available = "" if held or ready else "; not available"
+        if available and availability_unknown:
+            available = "; availability unknown"
+        return available + ("; appointment " if appointment else "; no appointment")
+
     parts = [
-        what_happened,
-        only(active, "_holds_phrase"),
-        only(
-            active & ~on_hold & ~col("ready_for_pickup"),
-            pl.when(col("availability_known") == False)  # noqa: E712 (NULL must stay NULL)
-            .then(pl.lit("availability unknown"))
-            .otherwise(pl.lit("not available")),
+        _pick(
+            opening,
+            returned=returned,
+            picked_up=picked_up,
+            done=done,
+            unknown=unknown,
+            estimated=estimate.is_not_null(),
+            posted=posted,
+            passed=days < -1,
+            yesterday=days == -1,
+            today=days == 0,
+            tomorrow=days == 1,
         ),
-        pl.coalesce(dated("appointment ", appointment), only(active, pl.lit("no appointment"))),
-        only(col("stale") & ~done, pl.lit("stale data")),
+        pl.coalesce(
+            only(returned, "_return_date"), only(picked_up, "_full_out_date"), estimate
+        ).cast(pl.String),
+        only(done & ~returned & ~picked_up, "current_status"),
+        only(days.abs() > 1, days.abs()).cast(pl.String),
+        _pick(
+            lambda estimated, passed, later: (
+                ")" if estimated else " days ago" if passed else " days" if later else None
+            ),
+            estimated=estimate.is_not_null(),
+            passed=days < -1,
+            later=days > 1,
+        ),
+        only(src != "rail", "_at_terminal"),
+        only(posted, pl.lit(" (")),
+        src,
+        only(posted, pl.lit(")")),
+        only(active, "_holds_phrase"),
+        _pick(
+            availability_and_appointment,
+            active=active,
+            held=col("blocking_holds").list.len() > 0,
+            ready=col("ready_for_pickup"),
+            availability_unknown=col("availability_known") == False,  # noqa: E712 (not NULL)
+            appointment=appointment.is_not_null(),
+        ),
+        appointment.cast(pl.String),
+        only(col("stale") & ~done, pl.lit("; stale data")),
     ]
-    return pl.concat_str(parts, separator="; ", ignore_nulls=True)
+    return pl.concat_str(parts, ignore_nulls=True)
+
+
+def _pick(phrase: Callable[..., str | None], **flags: pl.Expr) -> pl.Expr:
+    """``phrase(**flags)`` with each row's flags (a NULL flag reads as false); NULL where
+    ``phrase`` returns None."""
+    # a lookup in the table of ``phrase`` over every combination of the flags, by the number
+    # their bits make: cheaper than when/then chains of string literals
+    names = list(flags)
+    table = [
+        phrase(**{name: bool(code >> bit & 1) for bit, name in enumerate(names)})
+        for code in range(1 << len(names))
+    ]
+    code = pl.sum_horizontal(
+        flags[name].fill_null(False).cast(pl.UInt32) * (1 << bit) for bit, name in enumerate(names)
+    )
+    return pl.lit(pl.Series(table, dtype=pl.String)).gather(code)

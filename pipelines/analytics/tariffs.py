@@ -201,10 +201,16 @@ def match_tariffs(keys: pl.LazyFrame, tariffs: pl.DataFrame, charge: str) -> pl.
 
 def tier_cost(days: pl.Expr, n_tiers: int, prefix: str = "") -> pl.Expr:
     """Charges for ``days`` chargeable calendar days under the tier columns (0 when days <= 0)."""
+    # the last day of tier k is the earlier of ``days`` and its end, either NULL skipped (an
+    # open tier has no end). polars' min_horizontal takes a much slower path on columns
+    # holding NULLs: it gets NULL-free columns instead, NULL as a day no count reaches, mapped
+    # back to NULL
+    beyond = 2**31 - 1
+    days_or_beyond = days.fill_null(beyond)
     total = pl.lit(0.0)
     for k in range(n_tiers):
         start = pl.col(f"{prefix}t{k}_start")
-        end = pl.col(f"{prefix}t{k}_end").fill_null(days)
-        covered = (pl.min_horizontal(days, end) - start + 1).clip(lower_bound=0)
+        last = pl.min_horizontal(days_or_beyond, pl.col(f"{prefix}t{k}_end").fill_null(beyond))
+        covered = (pl.when(last != beyond).then(last) - start + 1).clip(lower_bound=0)
         total = total + (covered * pl.col(f"{prefix}t{k}_rate")).fill_null(0.0)
     return total
