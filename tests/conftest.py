@@ -601,10 +601,10 @@ SANDBOX_CLOCK = "2026-11-20T12:00:00Z"
 
 @pytest.fixture(scope="module")
 def sb() -> Iterator[Any]:
-    from sandbox.process import SandboxProcess
+    from sandbox.thread import SandboxThread
 
-    with SandboxProcess(containers=500, seed=49, clock=SANDBOX_CLOCK) as proc:
-        yield proc
+    with SandboxThread(containers=500, seed=49, clock=SANDBOX_CLOCK) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
