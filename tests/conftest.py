@@ -563,10 +563,10 @@ def _publish(folder: Path) -> Path:
     from pipelines.analytics import publish_risk
     from pipelines.config import ApiSettings
     from pipelines.load import run_load
-    from sandbox.process import SandboxProcess
+    from sandbox.thread import SandboxThread
 
     path = folder / "freetime.duckdb"
-    with SandboxProcess(containers=500, seed=49, clock=PUBLISHED_AS_OF) as sb:
+    with SandboxThread(containers=500, seed=49, clock=PUBLISHED_AS_OF) as sb:
         run_load(
             path,
             ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100000),
