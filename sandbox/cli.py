@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import gc
 import sys
+from typing import TYPE_CHECKING
 
 import typer
 
 from sandbox.faults import RATE_WINDOW
+
+if TYPE_CHECKING:
+    from sandbox.serving import ServeOptions
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
 
@@ -97,6 +101,20 @@ def serve(
         # frozen objects are never freed: at exit, extension modules (DuckDB's) would report
         # each object they still hold as leaked
         gc.unfreeze()
+
+
+def parse_args(args: list[str]) -> ServeOptions:
+    """The options ``sandbox serve ARGS`` runs with: its defaults for those not given, its
+    range checks (:class:`sandbox.serving.InvalidOption` for a bad value or an unknown option)."""
+    from sandbox.serving import InvalidOption, ServeOptions
+
+    group = typer.main.get_command(app)
+    command = group.commands["serve"]  # type: ignore[attr-defined]
+    try:
+        ctx = command.make_context("serve", list(args))
+    except typer.TyperException as e:  # typer's click: its usage errors derive from this
+        raise InvalidOption(e.format_message()) from None
+    return ServeOptions(**ctx.params)
 
 
 @app.command()

@@ -2,11 +2,12 @@
 ``serve``'s defaults and checks), the account and its state, the listening socket and the
 uvicorn configuration.
 
-:func:`parse_args` turns ``serve``'s command-line arguments into :class:`ServeOptions` through
-the ``serve`` command itself, so an option, its default and its range are declared once (in
-:mod:`sandbox.cli`). :func:`prepare` checks them, binds and builds everything but does not
-serve: the caller runs ``uvicorn.Server(prepared.config).run(sockets=[prepared.sock])`` in its
-main thread (``serve``) or on a thread (``SandboxThread``).
+:func:`sandbox.cli.parse_args` turns ``serve``'s command-line arguments into
+:class:`ServeOptions` through the ``serve`` command itself, so an option, its default and its
+range are declared once (in :mod:`sandbox.cli`). :func:`prepare` checks them, binds and builds
+everything but does not serve: the caller runs
+``uvicorn.Server(prepared.config).run(sockets=[prepared.sock])`` in its main thread (``serve``)
+or on a thread (``SandboxThread``).
 """
 
 from __future__ import annotations
@@ -51,22 +52,6 @@ class ServeOptions:
     emails_per_day: float
     active_share: float | None
     pod_deadlines: bool
-
-
-def parse_args(args: list[str]) -> ServeOptions:
-    """The options ``sandbox serve ARGS`` runs with: its defaults for those not given, its
-    range checks (:class:`InvalidOption` for a bad value or an unknown option)."""
-    import typer
-
-    from sandbox.cli import app
-
-    group = typer.main.get_command(app)
-    command = group.commands["serve"]  # type: ignore[attr-defined]
-    try:
-        ctx = command.make_context("serve", list(args))
-    except typer.TyperException as e:  # typer's click: its usage errors derive from this
-        raise InvalidOption(e.format_message()) from None
-    return ServeOptions(**ctx.params)
 
 
 def parse_clock(value: str | None) -> int:

@@ -50,7 +50,8 @@ class SandboxThread(SandboxHandle):
         option raises :class:`SandboxStartError` with ``serve``'s message."""
         import uvicorn
 
-        from sandbox.serving import InvalidOption, parse_args, prepare
+        from sandbox.cli import parse_args
+        from sandbox.serving import InvalidOption, prepare
 
         try:
             options = parse_args(self.serve_args())

@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
+from sandbox.cli import parse_args
 from sandbox.faults import FaultSpec
 from sandbox.handle import SandboxHandle, SandboxStartError
 from sandbox.model import Account
-from sandbox.serving import parse_args
 from sandbox.state import SandboxState
 from sandbox.thread import SandboxThread
 
