@@ -9,29 +9,17 @@ code 2, as is an ``--active-share`` outside [0, 1].
 from __future__ import annotations
 
 import gc
-import socket
 import sys
-from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import typer
 
 from sandbox.faults import RATE_WINDOW
 
+if TYPE_CHECKING:
+    from sandbox.serving import ServeOptions
+
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
-
-
-def parse_clock(value: str | None) -> int:
-    """``--clock`` ISO 8601 (naive = UTC) to epoch seconds; default now floored to the hour."""
-    if value is None:
-        now = int(datetime.now(UTC).timestamp())
-        return now - now % 3600
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    dt = datetime.fromisoformat(text)
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp())
 
 
 def _fail(message: str) -> None:
@@ -91,82 +79,42 @@ def serve(
     ),
 ) -> None:
     """Serve a synthetic Terminal49 account over HTTP."""
-    from sandbox.faults import FaultSpec, FaultSpecError
+    options = dict(locals())  # every option above, by name (before anything else is bound)
+    from sandbox.serving import InvalidOption, ServeOptions, prepare
 
     try:
-        spec = FaultSpec.parse(faults)
-    except FaultSpecError as e:
-        _fail(f"invalid --faults: {e}")
+        prepared = prepare(ServeOptions(**options))
+    except InvalidOption as e:
+        _fail(str(e))
         return
-    if active_share is not None and not 0.0 <= active_share <= 1.0:
-        _fail(f"invalid --active-share {active_share}: expected a share between 0 and 1")
-        return
-    try:
-        clock_ts = parse_clock(clock)
-    except ValueError:
-        _fail(f"invalid --clock {clock!r}: expected ISO 8601 such as 2026-11-20T12:00:00Z")
-        return
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose proto is TCP
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        _fail(f"cannot bind {host}:{port}: {e.strerror}")
-        return
-
-    import uvicorn
-
-    from sandbox.app import create_app
-    from sandbox.model import Account
-    from sandbox.state import SandboxState
-
-    account = Account.generate(
-        containers, seed, clock_ts, active_share=active_share, pod_deadlines=pod_deadlines
-    )
-    # The account is long-lived: keep the cyclic GC from re-scanning it on every collection.
+    # The account and its state are long-lived: keep the cyclic GC from re-scanning them on
+    # every collection.
     gc.collect()
     gc.freeze()
-    state = SandboxState(
-        account=account,
-        api_key=api_key,
-        rate_limit=rate_limit,
-        rate_window=rate_window_seconds,
-        faults=spec,
-        advance_every=advance_every,
-        advance_step=round(advance_step_hours * 3600),
-        webhook_backoff=webhook_backoff_seconds,
-        webhook_max_retries=webhook_max_retries,
-        webhook_timeout=webhook_timeout_seconds,
-        webhook_concurrency=webhook_concurrency,
-        document_delay=document_delay_seconds,
-        email_documents=email_documents,
-        emails_per_day=emails_per_day,
-    )
-    asgi = create_app(state)
-    sock.listen(2048)
-    bound = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
-    sys.stdout.write(f"base_url: http://{shown}:{bound}/v2\napi_key: {api_key}\n")
+    sys.stdout.write(f"base_url: {prepared.base_url}\napi_key: {api_key}\n")
     sys.stdout.flush()
-    config = uvicorn.Config(
-        asgi,
-        log_level=log_level,
-        access_log=False,
-        http="h11",
-        loop="asyncio",
-        lifespan="on",
-        timeout_keep_alive=30,
-        date_header=False,
-    )  # V2Guard sends the account clock's date
+    import uvicorn
+
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        uvicorn.Server(prepared.config).run(sockets=[prepared.sock])
     finally:
         # frozen objects are never freed: at exit, extension modules (DuckDB's) would report
         # each object they still hold as leaked
         gc.unfreeze()
+
+
+def parse_args(args: list[str]) -> ServeOptions:
+    """The options ``sandbox serve ARGS`` runs with: its defaults for those not given, its
+    range checks (:class:`sandbox.serving.InvalidOption` for a bad value or an unknown option)."""
+    from sandbox.serving import InvalidOption, ServeOptions
+
+    group = typer.main.get_command(app)
+    command = group.commands["serve"]  # type: ignore[attr-defined]
+    try:
+        ctx = command.make_context("serve", list(args))
+    except typer.TyperException as e:  # typer's click: its usage errors derive from this
+        raise InvalidOption(e.format_message()) from None
+    return ServeOptions(**ctx.params)
 
 
 @app.command()

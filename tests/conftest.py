@@ -581,10 +581,10 @@ def _publish(folder: Path) -> Path:
     from pipelines.analytics import publish_risk
     from pipelines.config import ApiSettings
     from pipelines.load import run_load
-    from sandbox.process import SandboxProcess
+    from sandbox.thread import SandboxThread
 
     path = folder / "freetime.duckdb"
-    with SandboxProcess(containers=500, seed=49, clock=PUBLISHED_AS_OF) as sb:
+    with SandboxThread(containers=500, seed=49, clock=PUBLISHED_AS_OF) as sb:
         run_load(
             path,
             ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100000),
@@ -619,10 +619,10 @@ SANDBOX_CLOCK = "2026-11-20T12:00:00Z"
 
 @pytest.fixture(scope="module")
 def sb() -> Iterator[Any]:
-    from sandbox.process import SandboxProcess
+    from sandbox.thread import SandboxThread
 
-    with SandboxProcess(containers=500, seed=49, clock=SANDBOX_CLOCK) as proc:
-        yield proc
+    with SandboxThread(containers=500, seed=49, clock=SANDBOX_CLOCK) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

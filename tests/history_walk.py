@@ -50,8 +50,8 @@ from pipelines.load import run_load
 from pipelines.terminal49.client import Terminal49Client
 from pipelines.webhooks.apply import apply_inbox
 from pipelines.webhooks.inbox import Inbox, notification_from_doc
-from sandbox.process import SandboxProcess
 from sandbox.receiver import WebhookReceiver
+from sandbox.thread import SandboxThread
 
 SEED, CONTAINERS = 43, 120
 START = dt.datetime(2030, 1, 7, 12, tzinfo=dt.UTC)
@@ -262,7 +262,7 @@ def walk_life(tmp: Path, after_step: Callable[[Walk, dt.datetime], None]) -> Wal
     out = Walk(path)
     clock = ApiClock(START)
     with (
-        SandboxProcess(
+        SandboxThread(
             containers=CONTAINERS,
             seed=SEED,
             clock=START.isoformat(),

@@ -11,7 +11,7 @@ database (:meth:`PostgresServer.create_database`), so tests never see each other
 
 A test that starts from a loaded account gets a copy of one loaded once per server
 (:func:`loaded_template`, :meth:`PostgresServer.clone`, the ``pg_loaded`` fixture): a
-``CREATE DATABASE ... TEMPLATE`` is a file copy, where a load is a sandbox process and dlt's
+``CREATE DATABASE ... TEMPLATE`` is a file copy, where a load is a sandbox and dlt's
 whole pipeline.
 """
 
@@ -207,12 +207,12 @@ def loaded_template(
     """A database on ``server`` holding the load of a sandbox of ``containers`` of ``seed`` at
     ``clock`` (``run_load``, as a test would do it), loaded the first time it is asked for and
     kept for the server's life: its name, and with ``duckdb_twin`` a DuckDB file loaded from
-    the same sandbox process (else None). Read them only through :meth:`clone` and a copy."""
+    the same sandbox (else None). Read them only through :meth:`clone` and a copy."""
     key = (containers, seed, clock, duckdb_twin)
     if key not in server.templates:
         from pipelines.config import ApiSettings
         from pipelines.load import run_load
-        from sandbox.process import SandboxProcess
+        from sandbox.thread import SandboxThread
 
         name = f"loaded_{containers}_{seed}_{uuid.uuid4().hex[:6]}"
         server.execute(f'CREATE DATABASE "{name}"')
@@ -221,7 +221,7 @@ def loaded_template(
         saved = os.environ.get("FREETIME_WORKDIR")
         os.environ["FREETIME_WORKDIR"] = str(work / "dlt")  # the load's local folder
         try:
-            with SandboxProcess(containers=containers, seed=seed, clock=clock) as sb:
+            with SandboxThread(containers=containers, seed=seed, clock=clock) as sb:
                 api = ApiSettings(
                     base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100000
                 )

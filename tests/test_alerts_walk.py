@@ -90,11 +90,11 @@ def _count(path: Path, sql: str, params: list[Any]) -> int:
 def test_reloading_adds_no_alert(tmp_path: Path) -> None:
     """A box at risk, then the same account loaded again in full and risk re-run: the outbox
     does not grow."""
-    from sandbox.process import SandboxProcess
+    from sandbox.thread import SandboxThread
 
     path = tmp_path / "w.duckdb"
     at = dt.datetime(2026, 11, 20, 12, tzinfo=dt.UTC)
-    with SandboxProcess(containers=150, seed=49, clock=at.isoformat()) as sb:
+    with SandboxThread(containers=150, seed=49, clock=at.isoformat()) as sb:
         api = ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100000)
         run_load(path, api)
         publish_risk(path, as_of=at - dt.timedelta(days=2))

@@ -36,9 +36,9 @@ def small_pdf(text: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Any]:
-    from sandbox.process import SandboxProcess
+    from sandbox.thread import SandboxThread
 
-    with SandboxProcess(containers=50, webhook_backoff=0.2, document_delay=0) as sb:
+    with SandboxThread(containers=50, webhook_backoff=0.2, document_delay=0) as sb:
         yield sb
 
 

@@ -15,14 +15,14 @@ from pipelines.history.transport_events import (
 )
 from pipelines.load import run_load
 from pipelines.terminal49.client import Terminal49Client
-from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 
 CLOCK = "2026-11-20T12:00:00Z"
 
 
 def test_events_keep_to_the_budget_and_rotate(tmp_path: Path) -> None:
     path = tmp_path / "w.duckdb"
-    with SandboxProcess(containers=200, seed=11, clock=CLOCK) as sb:
+    with SandboxThread(containers=200, seed=11, clock=CLOCK) as sb:
         api = ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100_000)
         run_load(path, api, full=True)
         publish_risk(path, as_of=datetime.fromisoformat(CLOCK.replace("Z", "+00:00")))

@@ -170,6 +170,8 @@ def test_summary_markdown_sections_and_report_link(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Any]:
+    # A process: the flows load it from this process, beside Prefect's own threads; on a
+    # thread it cost no less.
     from sandbox.process import SandboxProcess
 
     with SandboxProcess(containers=300, seed=49, clock=CLOCK) as sb:

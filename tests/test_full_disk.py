@@ -20,7 +20,7 @@ import pytest
 
 from pipelines.config import ApiSettings
 from pipelines.load import run_load
-from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 from tests.test_write_safety import _dump
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def test_a_load_that_fills_the_disk_is_one_line_and_keeps_the_old_data(
     small_disk: Path, tmp_path: Path
 ) -> None:
     rng = random.Random(32)
-    with SandboxProcess(containers=400, seed=32, clock=CLOCK) as sb:
+    with SandboxThread(containers=400, seed=32, clock=CLOCK) as sb:
         api = ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100_000)
         seed_db = tmp_path / "seed" / "w.duckdb"
         run_load(seed_db, api)

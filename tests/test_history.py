@@ -22,7 +22,7 @@ from pipelines.load import run_load  # noqa: E402
 from pipelines.webhooks.apply import apply_inbox  # noqa: E402
 from pipelines.webhooks.inbox import Inbox, notification_from_doc  # noqa: E402
 from pipelines.write import LoadFailed  # noqa: E402
-from sandbox.process import SandboxProcess  # noqa: E402
+from sandbox.thread import SandboxThread  # noqa: E402
 
 
 def rows(path: Path, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
@@ -189,7 +189,7 @@ class FailAfter(httpx.BaseTransport):
 def test_repeated_and_failed_loads_add_nothing(tmp_path: Path) -> None:
     path = tmp_path / "w.duckdb"
     count = "SELECT count(*) FROM terminal49.history"
-    with SandboxProcess(containers=40, seed=7, clock="2030-03-01T00:00:00Z") as sb:
+    with SandboxThread(containers=40, seed=7, clock="2030-03-01T00:00:00Z") as sb:
         api = ApiSettings.resolve(
             base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100_000
         )

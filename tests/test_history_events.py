@@ -12,7 +12,7 @@ from pipelines.config import ApiSettings
 from pipelines.history.transport_events import containers_needing_events, fetch_transport_events
 from pipelines.load import run_load
 from pipelines.terminal49.client import Terminal49Client
-from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 
 pytestmark = pytest.mark.sandbox
 
@@ -24,7 +24,7 @@ def rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
 
 def test_events_are_asked_for_changed_containers_only(tmp_path: Path) -> None:
     path = tmp_path / "w.duckdb"
-    with SandboxProcess(containers=60, seed=11, clock="2030-05-01T00:00:00Z") as sb:
+    with SandboxThread(containers=60, seed=11, clock="2030-05-01T00:00:00Z") as sb:
         api = ApiSettings.resolve(
             base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100_000
         )
@@ -79,7 +79,7 @@ def test_events_are_asked_for_the_containers_at_risk(tmp_path: Path) -> None:
 
     path = tmp_path / "w.duckdb"
     clock = "2026-11-20T12:00:00Z"
-    with SandboxProcess(containers=200, seed=11, clock=clock) as sb:
+    with SandboxThread(containers=200, seed=11, clock=clock) as sb:
         run_load(
             path,
             ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100_000),

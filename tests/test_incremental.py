@@ -24,7 +24,7 @@ import pytest
 from pipelines.config import ApiSettings
 from pipelines.load import LoadFailed, last_load_started, run_load
 from pipelines.terminal49.scan import ScanStats
-from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 from tests.test_load_sandbox import assert_equals_ground_truth
 
 pytestmark = pytest.mark.sandbox
@@ -41,7 +41,7 @@ def _ids(db: Path, table: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def sb() -> Any:
-    with SandboxProcess(
+    with SandboxThread(
         containers=1200, seed=17, clock="2026-11-20T23:58:00Z", active_share=0.1
     ) as sandbox:
         yield sandbox
@@ -128,7 +128,7 @@ def test_a_failed_incremental_load_keeps_the_watermark(
 
 
 def test_a_full_load_removes_what_the_api_no_longer_lists(tmp_path: Path) -> None:
-    with SandboxProcess(containers=300, seed=23, clock="2026-11-20T12:00:00Z") as sb:
+    with SandboxThread(containers=300, seed=23, clock="2026-11-20T12:00:00Z") as sb:
         db = tmp_path / "w.duckdb"
         run_load(db, _api(sb))
         gone = sb.ground_truth()["containers"][5]["id"]

@@ -19,7 +19,7 @@ import pytest
 from pipelines.analytics.publish import publish_risk
 from pipelines.config import ApiSettings
 from pipelines.load import run_load
-from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 
 pytestmark = pytest.mark.sandbox
 
@@ -41,7 +41,7 @@ def _day(value: str | None, zone: str | None) -> dt.date | None:
 def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """A load of the sandbox and a risk run: the warehouse, and the sandbox's containers."""
     db = tmp_path_factory.mktemp("live") / "w.duckdb"
-    with SandboxProcess(containers=600, seed=31, clock=CLOCK) as sb:
+    with SandboxThread(containers=600, seed=31, clock=CLOCK) as sb:
         run_load(
             db, ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100_000)
         )

@@ -23,7 +23,7 @@ from pipelines.terminal49.docs import COLUMN_COMMENTS, TABLE_COMMENTS, apply_com
 from pipelines.terminal49.scan import ScanStats
 from pipelines.warehouse import WarehouseLocked
 from pipelines.write import make_pipeline
-from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 
 pytestmark = pytest.mark.sandbox
 
@@ -128,7 +128,7 @@ def assert_equals_ground_truth(db: Path, truth: dict[str, Any], *, values: bool 
 
 @pytest.fixture(scope="module")
 def sandbox() -> Any:
-    with SandboxProcess(containers=400, seed=7, clock=CLOCK) as sb:
+    with SandboxThread(containers=400, seed=7, clock=CLOCK) as sb:
         yield sb
 
 
@@ -261,7 +261,7 @@ def test_second_load_leaves_identical_rows(sandbox: Any, tmp_path: Path) -> None
 
 
 def test_world_moves_cleared_holds_disappear() -> None:
-    with SandboxProcess(containers=300, seed=11, clock=CLOCK) as sb:
+    with SandboxThread(containers=300, seed=11, clock=CLOCK) as sb:
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
@@ -296,7 +296,7 @@ def test_world_moves_cleared_holds_disappear() -> None:
 
 def test_faults_and_reordering_during_the_scan() -> None:
     faults = "5xx=0.05,429=0.05,truncate=0.01,drop=0.01"
-    with SandboxProcess(containers=1500, seed=5, clock=CLOCK, faults=faults) as sb:
+    with SandboxThread(containers=1500, seed=5, clock=CLOCK, faults=faults) as sb:
         import tempfile
 
         perturbations = 0
@@ -347,7 +347,7 @@ def _loaded_apart(sb: Any, tmp_path: Path) -> Path:
 def test_ctrl_c_stops_the_load_at_once_and_writes_nothing(tmp_path: Path) -> None:
     """Ctrl+C while the loader waits for the rate window: it stops in seconds (not when the
     60 s window frees up), exits 130 with one line, and the warehouse is as it was."""
-    with SandboxProcess(containers=1000, seed=4, clock=CLOCK) as sb:
+    with SandboxThread(containers=1000, seed=4, clock=CLOCK) as sb:
         db = _loaded_apart(sb, tmp_path)
         before = _dump(db)
         sb.advance(hours=24)
@@ -389,7 +389,7 @@ def test_ctrl_c_stops_the_load_at_once_and_writes_nothing(tmp_path: Path) -> Non
 
 
 def test_killed_load_leaves_old_data_and_next_load_completes(tmp_path: Path) -> None:
-    with SandboxProcess(containers=1000, seed=3, clock=CLOCK, rate_limit=600) as sb:
+    with SandboxThread(containers=1000, seed=3, clock=CLOCK, rate_limit=600) as sb:
         db = _loaded_apart(sb, tmp_path)
         with duckdb.connect(str(db), read_only=True) as con:
             old = _rows(con, "SELECT count(*) FROM terminal49.containers")
@@ -420,7 +420,7 @@ def test_key_never_appears_in_logs_or_files(
 ) -> None:
     key = "sekret-7d1f0c9e5b"
     caplog.set_level("DEBUG")
-    with SandboxProcess(containers=200, seed=2, clock=CLOCK, api_key=key, faults="5xx=0.1") as sb:
+    with SandboxThread(containers=200, seed=2, clock=CLOCK, api_key=key, faults="5xx=0.1") as sb:
         db = tmp_path / "w.duckdb"
         summary = run_load(db, _api(sb))
         assert summary.retries > 0
@@ -438,7 +438,7 @@ def test_key_never_appears_in_logs_or_files(
 
 
 def test_wrong_or_missing_key_is_one_clear_line(tmp_path: Path) -> None:
-    with SandboxProcess(containers=50, seed=1, clock=CLOCK) as sb:
+    with SandboxThread(containers=50, seed=1, clock=CLOCK) as sb:
         proc = _cli(
             "load",
             "--duckdb",

@@ -33,7 +33,7 @@ from pipelines.pg.write import write
 from pipelines.terminal49 import terminal49_source
 from pipelines.terminal49.client import Terminal49Client
 from pipelines.write import LoadFailed, ScanInfo
-from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 from tests.pg import PostgresServer, free_port
 
 pytestmark = pytest.mark.postgres
@@ -54,12 +54,12 @@ WHEN = {"_dlt_load_id", "_dlt_id", "fetched_at"}
 
 
 @pytest.fixture(scope="module")
-def sandbox() -> Iterator[SandboxProcess]:
-    with SandboxProcess(containers=60, seed=49, clock=CLOCK) as sb:
+def sandbox() -> Iterator[SandboxThread]:
+    with SandboxThread(containers=60, seed=49, clock=CLOCK) as sb:
         yield sb
 
 
-def _api(sb: SandboxProcess) -> ApiSettings:
+def _api(sb: SandboxThread) -> ApiSettings:
     return ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100000)
 
 
@@ -89,7 +89,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 
 def test_a_load_publishes_every_table_with_its_types_history_and_record(
-    sandbox: SandboxProcess, pg_database: str
+    sandbox: SandboxThread, pg_database: str
 ) -> None:
     first = run_load(pg_database, _api(sandbox))
     assert first.kind == "full" and first.rows["containers"] == 60
@@ -146,7 +146,7 @@ def test_a_load_publishes_every_table_with_its_types_history_and_record(
 
 
 def test_an_older_record_never_overwrites_a_newer_one(
-    sandbox: SandboxProcess, pg_database: str
+    sandbox: SandboxThread, pg_database: str
 ) -> None:
     run_load(pg_database, _api(sandbox))
     future = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
@@ -170,7 +170,7 @@ def test_an_older_record_never_overwrites_a_newer_one(
 
 
 def test_the_same_account_gives_equal_tables_on_duckdb_and_postgresql(
-    sandbox: SandboxProcess, pg_database: str, tmp_path: Path
+    sandbox: SandboxThread, pg_database: str, tmp_path: Path
 ) -> None:
     """`freetime load` into a DuckDB file and into PostgreSQL, then the documents sync and the
     transport events of the containers at risk into each: the same rows, the same types."""
@@ -217,7 +217,7 @@ def test_an_hourly_load_writes_the_same_history_on_duckdb_and_postgresql(
     """The changes an incremental load finds (LFDs moved, holds cleared, containers picked up)
     enter history alike on both: PostgreSQL makes the texts of changed rows only."""
     path = tmp_path / "w.duckdb"
-    with SandboxProcess(containers=60, seed=49, clock=CLOCK) as sb:
+    with SandboxThread(containers=60, seed=49, clock=CLOCK) as sb:
         for target in (str(path), pg_database):
             run_load(target, _api(sb))
         assert sb.advance(hours=36)["changed_containers"]
@@ -284,7 +284,7 @@ def _assert_equal_table(
 
 
 def test_a_writer_waits_for_the_one_holding_the_warehouse(
-    sandbox: SandboxProcess, pg_database: str
+    sandbox: SandboxThread, pg_database: str
 ) -> None:
     warehouse = Warehouse.parse(pg_database)
     lines: list[str] = []
@@ -338,7 +338,7 @@ def test_a_load_scanning_slowly_does_not_block_another_writers_publish(
     env = {"TERMINAL49_API_KEY": "", "FREETIME_WORKDIR": os.environ["FREETIME_WORKDIR"]}
     # every answer takes 2-6 s and the load asks one page at a time: its three pages (two of
     # containers, one of shipments) take over 6 s, the other writer's publish a moment
-    with SandboxProcess(containers=60, seed=47, clock=CLOCK, faults=SLOW) as slow:
+    with SandboxThread(containers=60, seed=47, clock=CLOCK, faults=SLOW) as slow:
         env["TERMINAL49_API_KEY"] = slow.api_key
         args = ["load", "--base-url", slow.base_url, "--warehouse", pg_database]
         base = {
@@ -370,7 +370,7 @@ def test_a_load_scanning_slowly_does_not_block_another_writers_publish(
 SLOW = "slow=1.0,slow_seconds=4"
 
 
-def _wait_until_scanning(sb: SandboxProcess, proc: subprocess.Popen[str]) -> None:
+def _wait_until_scanning(sb: SandboxThread, proc: subprocess.Popen[str]) -> None:
     """Until the sandbox has answered the process's first page (it then scans for long)."""
     deadline = time.monotonic() + 120
     while sb.stats()["requests"] < 1:
@@ -383,7 +383,7 @@ def _wait_until_scanning(sb: SandboxProcess, proc: subprocess.Popen[str]) -> Non
 
 
 def test_a_connection_dropped_in_the_publish_changes_nothing_and_the_next_run_publishes(
-    sandbox: SandboxProcess, pg_database: str, postgres_server: PostgresServer
+    sandbox: SandboxThread, pg_database: str, postgres_server: PostgresServer
 ) -> None:
     warehouse = Warehouse.parse(pg_database)
     run_load(warehouse, _api(sandbox))
@@ -539,7 +539,7 @@ def test_two_machines_loading_one_warehouse_share_the_keys_budget(
     # rule (a rolling window's budget shared, Retry-After honoured) in a 6 s window of 40, as in
     # tests/test_shared_budget.py, not a minute of 100
     limit, window = 40, 6
-    with SandboxProcess(
+    with SandboxThread(
         containers=1000, seed=41, clock=CLOCK, rate_limit=limit, rate_window=window
     ) as sb:
         base = {

@@ -21,7 +21,7 @@ from pipelines.analytics import at_risk, publish_risk
 from pipelines.config import ApiSettings, Warehouse
 from pipelines.document_intake import sync_documents
 from pipelines.load import run_load
-from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 from tests.pg import PostgresServer, free_port
 
 pytestmark = pytest.mark.postgres
@@ -34,16 +34,16 @@ SECRET = "s3cret-Pw"
 
 
 @pytest.fixture(scope="module")
-def sandbox() -> Iterator[SandboxProcess]:
-    with SandboxProcess(containers=CONTAINERS, seed=49, clock=CLOCK) as sb:
+def sandbox() -> Iterator[SandboxThread]:
+    with SandboxThread(containers=CONTAINERS, seed=49, clock=CLOCK) as sb:
         yield sb
 
 
-def _api(sb: SandboxProcess) -> ApiSettings:
+def _api(sb: SandboxThread) -> ApiSettings:
     return ApiSettings(base_url=sb.base_url, api_key=sb.api_key, rate_limit_per_minute=100000)
 
 
-def _env(sb: SandboxProcess | None = None, **extra: str) -> dict[str, str]:
+def _env(sb: SandboxThread | None = None, **extra: str) -> dict[str, str]:
     base = {
         k: v
         for k, v in os.environ.items()
@@ -87,7 +87,7 @@ def _count(url: str, sql: str) -> int:
 
 @pytest.mark.prefect
 def test_freetime_run_on_postgresql_prints_the_duckdb_at_risk_table_and_changes(
-    sandbox: SandboxProcess, pg_database: str, tmp_path: Path, prefect_harness: None
+    sandbox: SandboxThread, pg_database: str, tmp_path: Path, prefect_harness: None
 ) -> None:
     """Two `freetime run --warehouse URL`: the at-risk table is DuckDB's for the same
     account (loaded and published in this process); the second run's summary has the changes
@@ -160,7 +160,7 @@ def test_freetime_run_and_documents_sync_refuse_a_bad_postgresql_warehouse_in_on
 
 
 def test_documents_sync_on_postgresql(
-    sandbox: SandboxProcess, pg_database: str, monkeypatch: pytest.MonkeyPatch
+    sandbox: SandboxThread, pg_database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     env = _env(sandbox, FREETIME_WORKDIR=os.environ["FREETIME_WORKDIR"])
     done = _cli("documents", "sync", "--warehouse", pg_database, env=env)
@@ -183,7 +183,7 @@ def test_documents_sync_on_postgresql(
 
 @pytest.mark.prefect
 def test_the_nightly_sync_runs_every_step_on_postgresql(
-    sandbox: SandboxProcess,
+    sandbox: SandboxThread,
     pg_database: str,
     prefect_harness: None,
     monkeypatch: pytest.MonkeyPatch,

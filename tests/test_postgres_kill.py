@@ -120,6 +120,8 @@ def test_a_kill_at_any_moment_of_the_publish_leaves_old_or_new_tables(
     postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FREETIME_WORKDIR", str(tmp_path / "work"))
+    # A process: this process times the publish and kills it at a share of it; a server on a
+    # thread would compete with that timing for the GIL.
     with SandboxProcess(containers=400, seed=5, clock=CLOCK) as sb:
         old_db = postgres_server.create_database()
         run_load(postgres_server.url(old_db), _api(sb))

@@ -31,7 +31,7 @@ from pipelines.load import run_load
 from pipelines.pg.lock import writer_lock
 from pipelines.webhooks.receiver import PATH
 from pipelines.webhooks.signing import sign
-from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 from tests.test_receiver_apply import SECRET, _notification, _within
 from tests.test_side_by_side import _free_port
 from tests.test_webhooks import post
@@ -74,7 +74,7 @@ def test_the_receiver_applies_into_postgresql_and_risk_follows_within_10s(
 
     inbox = tmp_path / "inbox.sqlite"
     alert_hook = start_hooks()
-    with SandboxProcess(
+    with SandboxThread(
         containers=200, seed=31, rate_limit=100, webhook_backoff=0.2, webhook_timeout=5
     ) as sb:
         run_load(pg_database, ApiSettings(base_url=sb.base_url, api_key=sb.api_key))

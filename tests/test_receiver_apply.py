@@ -30,7 +30,7 @@ from pipelines.load import run_load
 from pipelines.webhooks.receiver import PATH
 from pipelines.webhooks.signing import sign
 from pipelines.write import writer_lock
-from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 from tests.alerts_servers import start_hooks
 from tests.conftest import FIXTURES
 from tests.test_side_by_side import _free_port
@@ -42,7 +42,7 @@ SECRET = "receiver-apply-secret-0123"
 
 @pytest.fixture(scope="module")
 def sb() -> Iterator[Any]:
-    with SandboxProcess(
+    with SandboxThread(
         containers=300, seed=31, rate_limit=100, webhook_backoff=0.2, webhook_timeout=5
     ) as sandbox:
         yield sandbox

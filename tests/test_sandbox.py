@@ -26,6 +26,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 
 pytestmark = pytest.mark.sandbox
 
@@ -62,11 +63,13 @@ def scan(http: httpx.Client, path: str, **params: Any) -> list[dict[str, Any]]:
 
 
 # ---- startup and CLI ------------------------------------------------------------------------
-def test_startup_prints_two_lines_and_real_port(sb: SandboxProcess) -> None:
-    assert sb.base_url.startswith("http://127.0.0.1:") and sb.base_url.endswith("/v2")
-    assert not sb.base_url.endswith(":0/v2")
-    assert sb.api_key == "sandbox-key"
-    assert sb.clock() == CLOCK
+def test_startup_prints_two_lines_and_real_port() -> None:
+    # A process: the address and key are read from the two lines `sandbox serve` prints.
+    with SandboxProcess(containers=12, seed=3, clock=CLOCK) as sb:
+        assert sb.base_url.startswith("http://127.0.0.1:") and sb.base_url.endswith("/v2")
+        assert not sb.base_url.endswith(":0/v2")
+        assert sb.api_key == "sandbox-key"
+        assert sb.clock() == CLOCK
 
 
 def test_malformed_fault_spec_exits_2_without_traceback() -> None:
@@ -85,7 +88,7 @@ def test_malformed_fault_spec_exits_2_without_traceback() -> None:
 
 
 # ---- paging ---------------------------------------------------------------------------------
-def test_container_paging_defaults_links_and_meta(sb: SandboxProcess, http: httpx.Client) -> None:
+def test_container_paging_defaults_links_and_meta(sb: SandboxThread, http: httpx.Client) -> None:
     r = http.get("/containers")
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("application/vnd.api+json")
@@ -100,7 +103,7 @@ def test_container_paging_defaults_links_and_meta(sb: SandboxProcess, http: http
     assert "included" not in body
 
 
-def test_page_size_capped_and_last_page_has_no_next(sb: SandboxProcess, http: httpx.Client) -> None:
+def test_page_size_capped_and_last_page_has_no_next(sb: SandboxThread, http: httpx.Client) -> None:
     body = http.get("/containers", params={"page[size]": 500, "include": "shipment"}).json()
     assert len(body["data"]) == 50  # containers are capped at 50 a page (live since 2026-10)
     assert body["links"]["current"] == (
@@ -118,7 +121,7 @@ def test_shipment_meta_has_size_and_single_page_has_only_self_current(
 ) -> None:
     body = http.get("/shipments", params={"page[size]": 7}).json()
     assert body["meta"] == {"total": len(truth["shipments"]), "size": 7}
-    small = SandboxProcess(containers=12, seed=3, clock=CLOCK)
+    small = SandboxThread(containers=12, seed=3, clock=CLOCK)
     with small, httpx.Client(headers={"Authorization": f"Token {small.api_key}"}) as c:
         one = c.get(f"{small.base_url}/containers").json()
         assert set(one["links"]) == {"self", "current"} and len(one["data"]) == 12
@@ -143,7 +146,7 @@ def test_scan_matches_ground_truth_and_orders(http: httpx.Client, truth: dict[st
 
 # ---- errors ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("header", [None, "Token wrong-key", "Bearer sandbox-key", "sandbox-key"])
-def test_401(sb: SandboxProcess, header: str | None) -> None:
+def test_401(sb: SandboxThread, header: str | None) -> None:
     headers = {"Authorization": header} if header else {}
     r = httpx.get(f"{sb.base_url}/containers", headers=headers)
     assert r.status_code == 401
@@ -181,7 +184,7 @@ def test_404_json_for_unknown_id_and_html_for_unknown_route(http: httpx.Client) 
 
 def test_rate_limit_429_with_retry_after() -> None:
     with (
-        SandboxProcess(containers=10, seed=5, rate_limit=5, clock=CLOCK) as p,
+        SandboxThread(containers=10, seed=5, rate_limit=5, clock=CLOCK) as p,
         httpx.Client(headers={"Authorization": f"Token {p.api_key}"}) as c,
     ):
         codes = [c.get(f"{p.base_url}/shipments").status_code for _ in range(7)]
@@ -200,7 +203,7 @@ def test_rate_limit_429_with_retry_after() -> None:
 
 def test_a_shorter_rate_window_counts_and_frees_in_its_own_seconds() -> None:
     with (
-        SandboxProcess(containers=10, seed=5, rate_limit=3, rate_window=2, clock=CLOCK) as p,
+        SandboxThread(containers=10, seed=5, rate_limit=3, rate_window=2, clock=CLOCK) as p,
         httpx.Client(headers={"Authorization": f"Token {p.api_key}"}) as c,
     ):
         codes = [c.get(f"{p.base_url}/shipments").status_code for _ in range(4)]
@@ -532,6 +535,7 @@ def test_responses_validate_against_openapi(
 
 # ---- determinism ----------------------------------------------------------------------------
 def test_same_seed_same_clock_same_bytes() -> None:
+    # Processes: each account is generated in its own interpreter (no cache or state shared).
     bodies = []
     for _ in range(2):
         with SandboxProcess(containers=60, seed=7, clock=CLOCK) as p:
@@ -555,7 +559,7 @@ def test_same_seed_same_clock_same_bytes() -> None:
 
 
 # ---- the world moves (these run last: they change the shared server) --------------------------
-def test_refresh_moves_to_front_during_scan(sb: SandboxProcess, http: httpx.Client) -> None:
+def test_refresh_moves_to_front_during_scan(sb: SandboxThread, http: httpx.Client) -> None:
     first = http.get("/containers", params={"page[size]": 100}).json()
     before = [c["id"] for c in first["data"]]
     res = sb.refresh(count=40)
@@ -571,7 +575,7 @@ def test_refresh_moves_to_front_during_scan(sb: SandboxProcess, http: httpx.Clie
     assert [c["id"] for c in now] == [c["id"] for c in now if c["id"] in gt]
 
 
-def test_advance_moves_world_and_reorders(sb: SandboxProcess, http: httpx.Client) -> None:
+def test_advance_moves_world_and_reorders(sb: SandboxThread, http: httpx.Client) -> None:
     before = {c["id"]: c for c in sb.ground_truth()["containers"]}
     total0 = http.get("/containers").json()["meta"]["total"]
     res = sb.advance(hours=48)
@@ -603,7 +607,7 @@ def test_faults_at_roughly_their_rates() -> None:
     spec = "5xx=0.1,429=0.1,truncate=0.05,drop=0.05,slow=0.02,slow_seconds=0.1"
     n = 400
     outcomes: Counter[str] = Counter()
-    with SandboxProcess(containers=20, seed=11, faults=spec, clock=CLOCK) as p:
+    with SandboxThread(containers=20, seed=11, faults=spec, clock=CLOCK) as p:
         with httpx.Client(headers={"Authorization": f"Token {p.api_key}"}, timeout=10) as c:
             for _ in range(n):
                 try:

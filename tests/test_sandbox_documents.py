@@ -15,8 +15,8 @@ import pytest
 from conftest import T49
 
 from sandbox.document_store import fake_pdf
-from sandbox.process import SandboxProcess
 from sandbox.receiver import WebhookReceiver
+from sandbox.thread import SandboxThread
 
 pytestmark = pytest.mark.sandbox
 
@@ -30,8 +30,8 @@ def rx() -> Iterator[WebhookReceiver]:
 
 
 @pytest.fixture(scope="module")
-def sb(rx: WebhookReceiver) -> Iterator[SandboxProcess]:
-    with SandboxProcess(
+def sb(rx: WebhookReceiver) -> Iterator[SandboxThread]:
+    with SandboxThread(
         containers=200, seed=21, clock="2026-11-20T12:00:00Z", document_delay=0, emails_per_day=0
     ) as proc:
         proc.register_webhook(
@@ -44,7 +44,7 @@ def md5(data: bytes) -> str:
     return base64.b64encode(hashlib.md5(data).digest()).decode()  # noqa: S324
 
 
-def blob_request(sb: SandboxProcess, data: bytes, **over: Any) -> httpx.Response:
+def blob_request(sb: SandboxThread, data: bytes, **over: Any) -> httpx.Response:
     blob = {
         "filename": "invoice.pdf",
         "content_type": "application/pdf",
@@ -55,7 +55,7 @@ def blob_request(sb: SandboxProcess, data: bytes, **over: Any) -> httpx.Response
     return sb.client.post(f"{sb.base_url}/rails/active_storage/direct_uploads", json={"blob": blob})
 
 
-def test_direct_upload_happy_path_and_download(sb: SandboxProcess) -> None:
+def test_direct_upload_happy_path_and_download(sb: SandboxThread) -> None:
     data = fake_pdf(["Commercial Invoice", "INV-77123", "happy path"])
     r = blob_request(sb, data)
     assert r.status_code == 200
@@ -113,7 +113,7 @@ def test_direct_upload_happy_path_and_download(sb: SandboxProcess) -> None:
     assert err["meta"]["existing_document_id"] == doc["id"]
 
 
-def test_blob_validation(sb: SandboxProcess) -> None:
+def test_blob_validation(sb: SandboxThread) -> None:
     data = b"%PDF-1.4 x"
     for over, pointer in (
         ({"byte_size": 0}, "/blob/byte_size"),
@@ -128,7 +128,7 @@ def test_blob_validation(sb: SandboxProcess) -> None:
         assert r.json()["errors"][0]["source"]["pointer"] == pointer
 
 
-def test_storage_rejects_checksum_and_length_mismatch(sb: SandboxProcess) -> None:
+def test_storage_rejects_checksum_and_length_mismatch(sb: SandboxThread) -> None:
     data = fake_pdf(["mismatch test"])
     up = blob_request(sb, data).json()["direct_upload"]
     other = data[:-1] + b"X"
@@ -142,7 +142,7 @@ def test_storage_rejects_checksum_and_length_mismatch(sb: SandboxProcess) -> Non
     assert r.status_code == 403
 
 
-def test_attached_document_must_be_signed_id(sb: SandboxProcess) -> None:
+def test_attached_document_must_be_signed_id(sb: SandboxThread) -> None:
     data = fake_pdf(["signed id test"])
     blob = blob_request(sb, data).json()
     assert (
@@ -162,7 +162,7 @@ def test_attached_document_must_be_signed_id(sb: SandboxProcess) -> None:
         assert r.json()["errors"][0]["source"]["pointer"] == "/data/attributes/attached_document"
 
 
-def test_extraction_events(sb: SandboxProcess, rx: WebhookReceiver) -> None:
+def test_extraction_events(sb: SandboxThread, rx: WebhookReceiver) -> None:
     ok = sb.upload_document(fake_pdf(["Commercial Invoice", "INV-55501"]), "inv-55501.pdf")
     bad = sb.upload_document(b"just some text, not a pdf at all " * 4, "notes.txt", "text/plain")
     assert ok.status_code == bad.status_code == 201
@@ -200,7 +200,7 @@ def test_extraction_events(sb: SandboxProcess, rx: WebhookReceiver) -> None:
     assert sb.client.get(f"{sb.base_url}/document_schemas/nope@2026-03-23").status_code == 404
 
 
-def test_email_submissions_and_truth(sb: SandboxProcess) -> None:
+def test_email_submissions_and_truth(sb: SandboxThread) -> None:
     c = sb.client
     emails = c.get(f"{sb.base_url}/email_submissions").json()
     assert emails["meta"]["total"] >= 3

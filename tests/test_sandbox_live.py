@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
-from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 
 pytestmark = pytest.mark.sandbox
 
@@ -27,7 +27,7 @@ LEGACY = ("pickup_lfd_terminal", "pickup_lfd_line", "pickup_lfd_rail")
 
 
 @pytest.fixture(scope="module")
-def stamps(sb: SandboxProcess) -> dict[str, Any]:
+def stamps(sb: SandboxThread) -> dict[str, Any]:
     return sb.timestamps()
 
 
@@ -66,7 +66,7 @@ def lfd_day(value: str, tz: str) -> date:
 
 
 # ---- page caps, links, include ----------------------------------------------------------------
-def test_containers_capped_at_50_without_meta_size(sb: SandboxProcess, http: httpx.Client) -> None:
+def test_containers_capped_at_50_without_meta_size(sb: SandboxThread, http: httpx.Client) -> None:
     body = http.get("/containers", params={"page[size]": 500}).json()
     assert len(body["data"]) == 50
     assert body["meta"] == {"total": 500}
@@ -80,7 +80,7 @@ def test_containers_capped_at_50_without_meta_size(sb: SandboxProcess, http: htt
 
 
 def test_shipments_capped_at_100_with_meta_size(
-    sb: SandboxProcess, http: httpx.Client, truth: dict[str, Any]
+    sb: SandboxThread, http: httpx.Client, truth: dict[str, Any]
 ) -> None:
     body = http.get("/shipments", params={"page[size]": 500}).json()
     total = len(truth["shipments"])
@@ -356,7 +356,7 @@ def test_internal_timestamps_are_not_in_payloads(
 
 # ---- the world moves (own servers) ---------------------------------------------------------------
 def test_updated_at_moves_on_refresh_and_advance() -> None:
-    with SandboxProcess(containers=200, seed=11, clock=CLOCK) as p:
+    with SandboxThread(containers=200, seed=11, clock=CLOCK) as p:
         t0, g0 = p.timestamps(), p.ground_truth()
         p.advance(minutes=1)
         p.refresh(count=7)
@@ -390,7 +390,7 @@ def test_updated_at_moves_on_refresh_and_advance() -> None:
 def test_stored_utc_date_is_compared_not_the_ports_date() -> None:
     # 23:59 UTC on the 19th; an hour later it is the 20th in UTC but still the 19th at every
     # US port: the filter follows the UTC date.
-    with SandboxProcess(containers=150, seed=5, clock="2026-11-19T23:59:00Z") as p:
+    with SandboxThread(containers=150, seed=5, clock="2026-11-19T23:59:00Z") as p:
         c = p.client
         p.refresh(count=6)
         late = {
@@ -424,7 +424,7 @@ def test_stored_utc_date_is_compared_not_the_ports_date() -> None:
 
 
 def test_active_share_settled_book_changes_little() -> None:
-    with SandboxProcess(containers=1000, seed=3, clock=CLOCK, active_share=0.1) as p:
+    with SandboxThread(containers=1000, seed=3, clock=CLOCK, active_share=0.1) as p:
         g = p.ground_truth()
         now = ts(CLOCK)
         settled = [
@@ -442,12 +442,12 @@ def test_active_share_settled_book_changes_little() -> None:
         assert len(moved) == res["changed_containers"]
         after = {c["id"]: c for c in p.ground_truth()["containers"]}
         assert all(after[c["id"]] == c for c in settled)
-    with SandboxProcess(containers=1000, seed=3, clock=CLOCK) as p:
+    with SandboxThread(containers=1000, seed=3, clock=CLOCK) as p:
         assert p.advance(hours=24)["changed_containers"] > 200  # the default book is busier
 
 
 def test_delete_removes_a_container_upstream() -> None:
-    with SandboxProcess(containers=80, seed=2, clock=CLOCK) as p:
+    with SandboxThread(containers=80, seed=2, clock=CLOCK) as p:
         c = p.client
         g = p.ground_truth()
         victim = g["containers"][5]

@@ -66,6 +66,8 @@ def rx(flaky: Flaky) -> Iterator[WebhookReceiver]:
 
 @pytest.fixture(scope="module")
 def sb() -> Iterator[SandboxProcess]:
+    # A process: the blasts deliver hundreds of notifications at once to receivers in this
+    # process; a server on a thread shares their GIL, and delivers more slowly.
     with SandboxProcess(
         containers=300,
         seed=11,

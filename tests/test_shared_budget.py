@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.terminal49._ratelimit import SharedWindowLimiter, budget_file
-from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 from tests.test_load_sandbox import assert_equals_ground_truth
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +33,7 @@ LIMIT = 40
 
 
 def test_two_loads_at_once_against_the_limit_draw_no_429(tmp_path: Path) -> None:
-    with SandboxProcess(
+    with SandboxThread(
         containers=1000, seed=41, clock=CLOCK, rate_limit=LIMIT, rate_window=WINDOW_S
     ) as sb:
         db = tmp_path / "w.duckdb"

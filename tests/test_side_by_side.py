@@ -26,6 +26,7 @@ from pipelines.config import ApiSettings
 from pipelines.load import run_load
 from pipelines.webhooks.receiver import PATH
 from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 from tests.test_load_sandbox import assert_equals_ground_truth
 from tests.test_write_safety import REPO, _cli, _dump
 
@@ -34,6 +35,9 @@ CLOCK = "2026-11-20T12:00:00Z"
 #: tens of seconds, an incremental one four pages at a time a fraction of that
 SLOW = "slow=1.0,slow_seconds=1.5"
 SLOWER = "slow=1.0,slow_seconds=3"
+# The slow sandboxes are processes: they pace writers whose order the tests check while this
+# process loads and applies beside them, so they stay off this process's GIL. The twin that
+# answers at once (_load_at_once) is a thread.
 
 
 def _api(sb: Any) -> ApiSettings:
@@ -44,7 +48,7 @@ def _load_at_once(db: Path, world: dict[str, Any]) -> None:
     """Load ``world`` (containers, seed, clock) into ``db`` from a twin sandbox that answers at
     once: the same account at the same clock as the slow one a test then starts, which would
     take tens of seconds to serve this first load."""
-    with SandboxProcess(**world) as fast:
+    with SandboxThread(**world) as fast:
         run_load(db, ApiSettings(fast.base_url, fast.api_key, rate_limit_per_minute=100_000))
 
 

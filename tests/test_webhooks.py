@@ -380,6 +380,8 @@ def test_an_older_notification_never_overwrites_a_newer_row(paths: tuple[Path, P
 # -- the sandbox: blast, kill and restart, end to end ----------------------------------------
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Any]:
+    # A process: the blast delivers a thousand notifications at once to a receiver in this
+    # process; a server on a thread shares its GIL, and delivers more slowly.
     from sandbox.process import SandboxProcess
 
     with SandboxProcess(

@@ -21,7 +21,7 @@ import httpx
 import psycopg2
 import pytest
 
-from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 
 pytestmark = [pytest.mark.prefect, pytest.mark.postgres]
 
@@ -74,7 +74,7 @@ def test_a_process_worker_runs_the_hourly_and_nightly_deployments_on_postgresql(
     from prefect.settings import PREFECT_API_URL
     from prefect.workers.process import ProcessWorker
 
-    with SandboxProcess(containers=CONTAINERS, seed=49, clock="2026-11-20T12:00:00Z") as sb:
+    with SandboxThread(containers=CONTAINERS, seed=49, clock="2026-11-20T12:00:00Z") as sb:
         api_url = str(PREFECT_API_URL.value())
         api = httpx.Client(base_url=api_url, timeout=30)
         # `prefect work-pool create freetime --type process`, by the API (a CLI start less)

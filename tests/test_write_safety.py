@@ -30,6 +30,7 @@ from pipelines.load import TABLES, run_load
 from pipelines.webhooks.inbox import Inbox, parse_notification
 from pipelines.write import writer_lock
 from sandbox.process import SandboxProcess
+from sandbox.thread import SandboxThread
 from tests.conftest import T49
 
 pytestmark = pytest.mark.sandbox
@@ -93,6 +94,8 @@ def _wait_for_write(db: Path, proc: subprocess.Popen[str]) -> None:
 
 
 def test_a_kill_at_any_moment_of_the_write_leaves_old_or_new_tables(tmp_path: Path) -> None:
+    # A process: this process times the write and kills it at a share of it, polling every few
+    # milliseconds; a server on a thread would compete with that polling for the GIL.
     with SandboxProcess(containers=1000, seed=5, clock=CLOCK) as sb:
         old_db = tmp_path / "old.duckdb"
         run_load(old_db, _api(sb))
@@ -135,7 +138,7 @@ def test_a_kill_at_any_moment_of_the_write_leaves_old_or_new_tables(tmp_path: Pa
 def test_two_loads_at_once_publish_in_turn_and_never_report_what_they_did_not_write(
     tmp_path: Path,
 ) -> None:
-    with SandboxProcess(containers=600, seed=9, clock=CLOCK) as sb:
+    with SandboxThread(containers=600, seed=9, clock=CLOCK) as sb:
         db = tmp_path / "w.duckdb"
         env = {"TERMINAL49_API_KEY": sb.api_key}
         args = ("load", "--full", "--duckdb", str(db), "--base-url", sb.base_url)
@@ -204,7 +207,7 @@ def _older_notification(nid: str, container: dict[str, Any], created: str) -> by
 
 
 def test_webhook_apply_racing_a_load_never_writes_older_data_over_newer(tmp_path: Path) -> None:
-    with SandboxProcess(containers=1500, seed=13, clock=CLOCK) as sb:
+    with SandboxThread(containers=1500, seed=13, clock=CLOCK) as sb:
         db, inbox = tmp_path / "w.duckdb", tmp_path / "inbox.sqlite"
         run_load(db, _api(sb))
         sb.advance(hours=12)
@@ -253,7 +256,7 @@ def test_a_bad_writer_wait_is_one_line(tmp_path: Path, value: str) -> None:
 def test_a_large_apply_prints_its_summary_and_no_traceback(tmp_path: Path) -> None:
     """6,788 notifications in one apply ran DuckDB out of its memory pool and printed 52
     tracebacks before a retry succeeded; now one summary line and nothing else."""
-    with SandboxProcess(containers=400, seed=19, clock=CLOCK) as sb:
+    with SandboxThread(containers=400, seed=19, clock=CLOCK) as sb:
         db, inbox = tmp_path / "w.duckdb", tmp_path / "inbox.sqlite"
         run_load(db, _api(sb))
         containers = sb.ground_truth()["containers"]
