@@ -10,7 +10,8 @@ pytest-xdist workers (``-n auto --dist loadgroup`` in pyproject; ``-n 0`` for on
   Mark a test ``@pytest.mark.fast``, a whole module ``pytestmark = pytest.mark.fast``. A fast
   test that starts a process (the sandbox, the CLI, a browser) fails, saying so.
 - ``sandbox``: starts the sandbox server (set here for the fixtures in
-  :data:`SERVER_FIXTURES`; mark tests that start a ``SandboxProcess`` themselves).
+  :data:`SERVER_FIXTURES`; mark tests that start a ``SandboxThread`` or ``SandboxProcess``
+  themselves).
 - ``prefect``: runs flows on the one Prefect test server (set here for ``prefect_harness``).
 - ``browser``: opens a page in headless chromium. ``postgres``: needs a PostgreSQL server.
 - Everything else (CLI subprocesses, the tool server process, notebooks) carries no marker
@@ -139,7 +140,7 @@ class ProcessStarts:
 
 
 _STARTS = ProcessStarts()
-#: Fixtures that start a server process, and the tier marker each implies.
+#: Fixtures that start a server (a process or a thread), and the tier marker each implies.
 SERVER_FIXTURES = {
     "prefect_harness": "prefect",
     "sb": "sandbox",
@@ -680,7 +681,7 @@ def pg_loaded(
     """``pg_loaded(containers, seed, clock=None, duckdb=None)``: the URL of a new database
     holding the load of that sandbox, a copy of one loaded once per server (tests/pg.py
     :func:`~tests.pg.loaded_template`) instead of a sandbox and a load per test; given a path
-    ``duckdb``, a DuckDB file loaded from the same sandbox process is copied there. The
+    ``duckdb``, a DuckDB file loaded from the same sandbox is copied there. The
     writers' local working folder is under ``tmp_path``, as with ``pg_database``."""
     import shutil
 

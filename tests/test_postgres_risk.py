@@ -40,7 +40,7 @@ def test_risk_on_postgresql_publishes_the_rows_duckdb_publishes(
 
     monkeypatch.setattr(pg_slots, "BATCH_ROWS", 7)  # the rows go in many batches, not one
 
-    path = tmp_path / "w.duckdb"  # loaded from the same sandbox process as the database
+    path = tmp_path / "w.duckdb"  # loaded from the same sandbox as the database
     pg_database = pg_loaded(120, 49, CLOCK, duckdb=path)
 
     on_duck = publish_risk(path, as_of=AS_OF)

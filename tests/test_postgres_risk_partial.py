@@ -52,7 +52,7 @@ def _on_postgres(url: str, statements: list[str]) -> None:
 def test_a_partial_run_on_postgresql_publishes_what_a_full_run_publishes(
     pg_loaded: Callable[..., str], tmp_path: Path
 ) -> None:
-    path = tmp_path / "w.duckdb"  # loaded from the same sandbox process as the database
+    path = tmp_path / "w.duckdb"  # loaded from the same sandbox as the database
     pg_database = pg_loaded(120, 49, CLOCK, duckdb=path)
     publish_risk(path, as_of=AS_OF)
     publish_risk(pg_database, as_of=AS_OF)
