@@ -7,14 +7,11 @@ import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-
-if TYPE_CHECKING:
-    from pipelines.config import Warehouse
 
 #: ``--duckdb`` and ``--base-url``, the same for every command that takes them.
 DuckDbOption = Annotated[
@@ -92,19 +89,6 @@ def warehouse_given(duckdb: Path | None, warehouse: str | None) -> str | Path | 
     if duckdb and warehouse:
         fail("give the warehouse once: --warehouse or --duckdb, not both")
     return warehouse or duckdb
-
-
-def existing_warehouse(given: str | Path | None) -> Warehouse:
-    """The warehouse a reader reads (``given``, else the environment, else the default):
-    ConfigError for a bad path or URL, WarehouseMissing for a DuckDB file that does not exist
-    (a reader never creates one). Nothing heavier than the path is looked at."""
-    from pipelines.config import resolve_warehouse
-    from pipelines.warehouse import WarehouseMissing
-
-    target = resolve_warehouse(given)
-    if target.path is not None and not target.path.exists():
-        raise WarehouseMissing(f"no warehouse at {target.path}: run `freetime load` first")
-    return target
 
 
 def parse_as_of(text: str | None) -> datetime | None:

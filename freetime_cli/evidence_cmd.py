@@ -11,7 +11,6 @@ from freetime_cli._common import (
     DuckDbOption,
     WarehouseOption,
     console,
-    existing_warehouse,
     fail,
     warehouse_given,
 )
@@ -41,7 +40,7 @@ def evidence(
     LFDs, appointments, pickup and empty return.
     """
     from pipelines.config import ConfigError
-    from pipelines.warehouse import WarehouseError
+    from pipelines.warehouse import WarehouseError, existing_warehouse
 
     target = warehouse_given(duckdb, warehouse)
     try:

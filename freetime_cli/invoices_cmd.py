@@ -17,14 +17,13 @@ from freetime_cli._common import (
     DuckDbOption,
     WarehouseOption,
     console,
-    existing_warehouse,
     fail,
     out,
     parse_as_of,
     warehouse_given,
 )
 from pipelines.config import ConfigError
-from pipelines.warehouse import WarehouseError
+from pipelines.warehouse import WarehouseError, existing_warehouse
 
 app = typer.Typer(no_args_is_help=True, help="Import invoices, audit them, write disputes.")
 

@@ -11,7 +11,6 @@ from freetime_cli._common import (
     DuckDbOption,
     WarehouseOption,
     console,
-    existing_warehouse,
     fail,
     parse_as_of,
     warehouse_given,
@@ -34,7 +33,7 @@ def report(
 ) -> None:
     """Write the demurrage risk report: summary, charts and the at-risk table in one HTML file."""
     from pipelines.config import ConfigError
-    from pipelines.warehouse import WarehouseError
+    from pipelines.warehouse import WarehouseError, existing_warehouse
 
     target = warehouse_given(duckdb, warehouse)
     try:

@@ -17,7 +17,6 @@ from freetime_cli._common import (
     WarehouseOption,
     WideOption,
     console,
-    existing_warehouse,
     fail,
     parse_as_of,
     table_console,
@@ -70,7 +69,7 @@ def risk(
 ) -> None:
     """Recompute demurrage risk and print the at-risk containers, most urgent first."""
     from pipelines.config import ConfigError, resolve_writer_wait
-    from pipelines.warehouse import WarehouseError
+    from pipelines.warehouse import WarehouseError, existing_warehouse
 
     try:
         when = parse_as_of(as_of)

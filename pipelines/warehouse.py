@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.config import working_folder
+from pipelines.config import Warehouse, resolve_warehouse, working_folder
 
 if TYPE_CHECKING:
     import duckdb
@@ -101,6 +102,16 @@ def connect(
                     retry_seconds,
                 )
             time.sleep(poll_seconds)
+
+
+def existing_warehouse(value: str | os.PathLike[str] | Warehouse | None) -> Warehouse:
+    """The warehouse a reader reads: ``value`` (None: ``FREETIME_WAREHOUSE``,
+    ``FREETIME_DUCKDB``, the default), ConfigError for a bad path or URL, WarehouseMissing for
+    a DuckDB file that does not exist (a reader never creates one). Nothing is opened."""
+    warehouse = resolve_warehouse(value)
+    if warehouse.path is not None and not warehouse.path.exists():
+        raise WarehouseMissing(f"no warehouse at {warehouse.path}: run `freetime load` first")
+    return warehouse
 
 
 def check_usable(path: str | Path) -> None:

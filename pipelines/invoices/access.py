@@ -23,24 +23,15 @@ from typing import Any, TypeAlias
 
 import psycopg2
 
-from pipelines.config import Warehouse, resolve_warehouse
+from pipelines.config import Warehouse
 from pipelines.dialect import DUCKDB, POSTGRES, Dialect
 from pipelines.pg.cursor import PgCursor, is_postgres
-from pipelines.warehouse import WarehouseMissing, WarehouseUnusable
+from pipelines.warehouse import WarehouseUnusable, existing_warehouse
 
 #: what the warehouse is given as: a DuckDB path, a ``postgresql://`` URL, a Warehouse
 Target: TypeAlias = "Path | str | os.PathLike[str] | Warehouse"
 #: a DuckDB connection, or a :class:`~pipelines.pg.cursor.PgCursor` (the same calls)
 Con: TypeAlias = Any
-
-
-def resolve(target: Target | None) -> Warehouse:
-    """The warehouse of ``target`` (None: ``FREETIME_WAREHOUSE``, ``FREETIME_DUCKDB``, the
-    default); WarehouseMissing for a DuckDB file that does not exist."""
-    warehouse = resolve_warehouse(target)
-    if warehouse.path is not None and not warehouse.path.exists():
-        raise WarehouseMissing(f"no warehouse at {warehouse.path}: run `freetime load` first")
-    return warehouse
 
 
 def dialect(con: Con) -> Dialect:
@@ -64,7 +55,7 @@ def _pg_errors(warehouse: Warehouse, doing: str) -> Iterator[None]:
 @contextlib.contextmanager
 def writer(target: Target, what: str) -> Iterator[Con]:
     """A connection to write the warehouse, under its writers' lock (held for the block)."""
-    warehouse = resolve(target)
+    warehouse = existing_warehouse(target)
     if warehouse.path is not None:
         from pipelines.publish.lock import writer_lock
         from pipelines.warehouse import writing
@@ -91,7 +82,7 @@ def writer(target: Target, what: str) -> Iterator[Con]:
 @contextlib.contextmanager
 def reader(target: Target) -> Iterator[Con]:
     """A read-only connection that sees one committed state of the warehouse."""
-    warehouse = resolve(target)
+    warehouse = existing_warehouse(target)
     if warehouse.path is not None:
         from pipelines.warehouse import reading
 

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.history.evidence import CSS, Change, EvidenceError, gather, label, timeline_cells
-from pipelines.invoices.access import Con, Target, evidence_connection, reader, resolve
+from pipelines.invoices.access import Con, Target, evidence_connection, reader
 from pipelines.invoices.audit import Result, audit_invoice
+from pipelines.warehouse import existing_warehouse
 
 #: opens the connection the evidence of some containers reads
 EvidenceOf = Callable[[list[str]], AbstractContextManager[Any]]
@@ -217,7 +218,7 @@ def write_dispute(
     """Write the HTML at ``out`` and the CSV beside it; returns both paths. ``warehouse``: a
     DuckDB path or a PostgreSQL URL (or Warehouse). Raises LookupError, WarehouseError,
     OSError."""
-    chosen = resolve(warehouse)
+    chosen = existing_warehouse(warehouse)
     with reader(chosen) as con:
         pkg = gather_package(
             con,

@@ -28,7 +28,7 @@ from pipelines.invoices.access import Con, Target, dialect, insert_rows, transac
 from pipelines.invoices.parties import party_of
 from pipelines.invoices.schema import Invoice, Problem
 from pipelines.pg.cursor import columns
-from pipelines.warehouse import WarehouseMissing, quote, table_names
+from pipelines.warehouse import WarehouseMissing, existing_warehouse, quote, table_names
 
 INVOICES, LINES = "invoices", "invoice_lines"
 D = quote(DATASET)
@@ -317,10 +317,10 @@ def _store(
 
 def pending_audit(warehouse: Target) -> int:
     """Current invoice versions the audit has not seen (0 without invoices or warehouse)."""
-    from pipelines.invoices.access import reader, resolve
+    from pipelines.invoices.access import reader
 
     try:
-        resolve(warehouse)
+        existing_warehouse(warehouse)
     except WarehouseMissing:
         return 0
     with reader(warehouse) as con:
