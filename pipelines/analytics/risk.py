@@ -43,7 +43,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import polars as pl
 
 from pipelines.analytics.calendars import WorkingCalendar, working_calendar
-from pipelines.analytics.tariffs import match_tariffs, tier_cost
+from pipelines.analytics.tariffs import greatest, least, match_tariffs, tier_cost
 
 #: The risk levels, most urgent first: the one definition (the tool server's argument type,
 #: the views and the reports take theirs from here).
@@ -606,23 +606,12 @@ def _days_between(later: pl.Expr, earlier: pl.Expr) -> pl.Expr:
 
 def _earliest(dates: Iterable[pl.Expr]) -> pl.Expr:
     """The earliest of Date expressions, NULLs skipped (NULL when all are NULL)."""
-    return _extreme_date(pl.min_horizontal, dates, after_all=True)
+    return least(d.cast(pl.Int32) for d in dates).cast(pl.Date)
 
 
 def _latest(dates: Iterable[pl.Expr]) -> pl.Expr:
     """The latest of Date expressions, NULLs skipped (NULL when all are NULL)."""
-    return _extreme_date(pl.max_horizontal, dates, after_all=False)
-
-
-def _extreme_date(
-    horizontal: Callable[..., pl.Expr], dates: Iterable[pl.Expr], *, after_all: bool
-) -> pl.Expr:
-    # polars' min_horizontal and max_horizontal take a much slower path on columns holding
-    # NULLs: they get NULL-free day numbers instead, NULL as a day that no date reaches (after
-    # every date for the earliest, before every one for the latest), mapped back to NULL
-    beyond = 2**31 - 1 if after_all else -(2**31)
-    day = horizontal(d.cast(pl.Int32).fill_null(beyond) for d in dates)
-    return pl.when(day != beyond).then(day).cast(pl.Date)
+    return greatest(d.cast(pl.Int32) for d in dates).cast(pl.Date)
 
 
 def _add_days(day: pl.Expr, n: pl.Expr) -> pl.Expr:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Callable, Iterable
 from datetime import date
 from pathlib import Path
 
@@ -199,18 +200,30 @@ def match_tariffs(keys: pl.LazyFrame, tariffs: pl.DataFrame, charge: str) -> pl.
     )
 
 
+def least(values: Iterable[pl.Expr]) -> pl.Expr:
+    """The smallest of integer expressions (Int32 range), NULLs skipped (NULL when all are)."""
+    return _extreme(pl.min_horizontal, values, 2**31 - 1)
+
+
+def greatest(values: Iterable[pl.Expr]) -> pl.Expr:
+    """The largest of integer expressions (Int32 range), NULLs skipped (NULL when all are)."""
+    return _extreme(pl.max_horizontal, values, -(2**31))
+
+
+def _extreme(horizontal: Callable[..., pl.Expr], values: Iterable[pl.Expr], beyond: int) -> pl.Expr:
+    # polars' min_horizontal and max_horizontal take a much slower path on columns holding
+    # NULLs: they get NULL-free columns instead, NULL as a value none reaches (``beyond``: above
+    # every value for the smallest, below every one for the largest), mapped back to NULL
+    picked = horizontal(v.fill_null(beyond) for v in values)
+    return pl.when(picked != beyond).then(picked)
+
+
 def tier_cost(days: pl.Expr, n_tiers: int, prefix: str = "") -> pl.Expr:
     """Charges for ``days`` chargeable calendar days under the tier columns (0 when days <= 0)."""
-    # the last day of tier k is the earlier of ``days`` and its end, either NULL skipped (an
-    # open tier has no end). polars' min_horizontal takes a much slower path on columns
-    # holding NULLs: it gets NULL-free columns instead, NULL as a day no count reaches, mapped
-    # back to NULL
-    beyond = 2**31 - 1
-    days_or_beyond = days.fill_null(beyond)
     total = pl.lit(0.0)
     for k in range(n_tiers):
         start = pl.col(f"{prefix}t{k}_start")
-        last = pl.min_horizontal(days_or_beyond, pl.col(f"{prefix}t{k}_end").fill_null(beyond))
-        covered = (pl.when(last != beyond).then(last) - start + 1).clip(lower_bound=0)
+        last = least([days, pl.col(f"{prefix}t{k}_end")])  # an open tier has no end
+        covered = (last - start + 1).clip(lower_bound=0)
         total = total + (covered * pl.col(f"{prefix}t{k}_rate")).fill_null(0.0)
     return total
