@@ -7,13 +7,7 @@ from typing import Annotated
 
 import typer
 
-from freetime_cli._common import (
-    DuckDbOption,
-    WarehouseOption,
-    console,
-    fail,
-    warehouse_given,
-)
+from freetime_cli._common import DuckDbOption, WarehouseOption, console, fail, warehouse_given
 
 
 def evidence(
